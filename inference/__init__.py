@@ -1,0 +1,1 @@
+"""Inference methods that share one verifier, and the evaluation harness. Never imports `rl`."""

@@ -1,0 +1,1 @@
+"""Generator backends (transformers, vLLM, OpenAI-compatible). Imports only `reasoning`."""

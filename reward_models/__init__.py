@@ -1,0 +1,1 @@
+"""Verifiers: process annotation, PSV model and training, scoring, step-level evaluation."""

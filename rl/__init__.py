@@ -1,0 +1,1 @@
+"""Policy training: SFT warm-up, step rewards, the PPO trainer."""
