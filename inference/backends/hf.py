@@ -1,0 +1,67 @@
+"""`hf` backend: batched transformers `generate`, on CPU or GPU."""
+
+from __future__ import annotations
+
+import torch
+
+from inference.backends.base import Completion, SamplingParams, cut_at_stop
+
+
+class HFGenerator:
+    def __init__(self, model, tokenizer, batch_size: int = 64, device: str | torch.device | None = None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+        if tokenizer.pad_token_id is None:
+            raise ValueError("the tokenizer needs a pad token for batched generation")
+
+    @classmethod
+    def from_pretrained(cls, path: str, batch_size: int = 64, device: str | None = None, dtype=None):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        model.to(device or ("cuda" if torch.cuda.is_available() else "cpu")).eval()
+        return cls(model, tokenizer, batch_size=batch_size)
+
+    @torch.no_grad()
+    def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
+        tok = self.tokenizer
+        tok.padding_side = "left"
+        out: list[list[Completion]] = [[] for _ in prompts]
+        if params.seed is not None:
+            torch.manual_seed(params.seed)
+        jobs = [(i, p) for i, p in enumerate(prompts) for _ in range(params.n)]
+        for start in range(0, len(jobs), self.batch_size):
+            chunk = jobs[start : start + self.batch_size]
+            enc = tok([p for _, p in chunk], return_tensors="pt", padding=True, add_special_tokens=False)
+            enc = {k: v.to(self.device) for k, v in enc.items()}
+            kwargs = dict(max_new_tokens=params.max_new_tokens, pad_token_id=tok.pad_token_id)
+            if params.temperature > 0:
+                kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
+            else:
+                kwargs.update(do_sample=False)
+            if params.stop:
+                kwargs.update(stop_strings=list(params.stop), tokenizer=tok)
+            gen = self.model.generate(**enc, **kwargs)
+            new = gen[:, enc["input_ids"].shape[1] :]
+            prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
+            for row, (i, _) in enumerate(chunk):
+                ids = new[row].tolist()
+                finished = False
+                if tok.eos_token_id in ids:
+                    ids = ids[: ids.index(tok.eos_token_id)]
+                    finished = True
+                while ids and ids[-1] == tok.pad_token_id:
+                    ids.pop()
+                text = tok.decode(ids, skip_special_tokens=True)
+                text, stopped = cut_at_stop(text, params.stop)
+                n_tokens = len(ids) + int(finished)
+                if stopped:
+                    n_tokens = min(n_tokens, len(tok(text, add_special_tokens=False)["input_ids"]))
+                reason = "stop" if (finished or stopped) else "length"
+                out[i].append(Completion(text, int(prompt_lens[row]), n_tokens, reason))
+        return out

@@ -1,0 +1,168 @@
+"""Grade a predictions file against a benchmark file.
+
+    python -m reasoning.grade --data ../shared/data/math500_test.jsonl --predictions preds.jsonl \\
+        [--out graded.jsonl] [--kind latex]
+
+Prediction rows are `{"id": ..., "prediction": ...}`; a prediction is a full model output or a
+bare answer (`null` counts as an output with no answer). The answer kind comes from the registry
+when the data file name is a registry file name (ASDiv rows per row), else from --kind, else
+from each row's `answer_kind` field, else "number".
+
+Prints a JSON summary: n (predictions graded), correct, accuracy, unparsed (no answer found),
+missing (data ids without a prediction), unknown_ids (prediction ids not in the data, skipped),
+duplicates (repeated prediction ids, the first one is graded). --out writes one row per graded
+prediction: id, prediction, extracted, gold, correct.
+Exit status 0 on success, 2 on usage or data errors (message on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from reasoning.benchmarks import DatasetError, load_jsonl_problems, spec_for_filename
+from reasoning.grading import grade
+from reasoning.types import ANSWER_KINDS
+
+
+def load_predictions(path: str | Path) -> list[tuple[int, str, str | None]]:
+    """(line number, id, prediction) of every row of a predictions JSONL file.
+
+    Raises DatasetError naming the file and line for bad JSON, a non-object row, a missing or
+    non-string/int id, or a prediction that is neither a string nor null.
+    """
+    path = Path(path)
+    rows: list[tuple[int, str, str | None]] = []
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            where = f"{path}:{lineno}"
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise DatasetError(f"{where}: not UTF-8 ({e.reason})") from None
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DatasetError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
+            if not isinstance(row, dict):
+                raise DatasetError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            if "id" not in row or "prediction" not in row:
+                missing = [k for k in ("id", "prediction") if k not in row]
+                raise DatasetError(f"{where}: missing field(s) {', '.join(map(repr, missing))}")
+            pid, prediction = row["id"], row["prediction"]
+            if isinstance(pid, bool) or not isinstance(pid, (str, int)):
+                raise DatasetError(f"{where}: 'id' must be a string, got {type(pid).__name__}")
+            if prediction is not None and not isinstance(prediction, str):
+                raise DatasetError(
+                    f"{where}: 'prediction' must be a string or null, got {type(prediction).__name__}"
+                )
+            rows.append((lineno, str(pid), prediction))
+    return rows
+
+
+def grade_files(
+    data: str | Path, predictions: str | Path, out: str | Path | None = None, kind: str | None = None
+) -> dict[str, Any]:
+    """Grade a predictions file against a data file; return the summary (see module docstring)."""
+    spec = spec_for_filename(data)
+    if spec is not None:
+        if kind is not None and kind != spec.answer_kind:
+            print(
+                f"warning: {Path(data).name} is the registry benchmark {spec.name!r}; "
+                f"grading as {spec.answer_kind!r}, not --kind {kind!r}",
+                file=sys.stderr,
+            )
+        problems = load_jsonl_problems(data, spec.kind_for_row)
+    else:
+        problems = load_jsonl_problems(data, kind)
+    by_id = {p.id: p for p in problems}
+    preds = load_predictions(predictions)
+
+    seen: set[str] = set()
+    graded: list[dict[str, Any]] = []
+    kinds: Counter[str] = Counter()
+    unknown = duplicates = unparsed = correct = 0
+    for _lineno, pid, prediction in preds:
+        problem = by_id.get(pid)
+        if problem is None:
+            unknown += 1
+            continue
+        if pid in seen:
+            duplicates += 1
+            continue
+        seen.add(pid)
+        result = grade(prediction or "", problem)
+        kinds[problem.answer_kind] += 1
+        unparsed += not result.parsed
+        correct += result.correct
+        graded.append(
+            {
+                "id": pid,
+                "prediction": prediction,
+                "extracted": result.extracted,
+                "gold": problem.answer,
+                "correct": result.correct,
+            }
+        )
+
+    if out is not None:
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".tmp")
+        with tmp.open("w", encoding="utf-8") as f:
+            for row in graded:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        tmp.replace(out)
+
+    n = len(graded)
+    return {
+        "data": str(data),
+        "predictions": str(predictions),
+        "benchmark": spec.name if spec is not None else None,
+        "kinds": dict(sorted(kinds.items())),
+        "n": n,
+        "correct": correct,
+        "accuracy": correct / n if n else None,
+        "unparsed": unparsed,
+        "missing": len(by_id) - len(seen),
+        "unknown_ids": unknown,
+        "duplicates": duplicates,
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m reasoning.grade",
+        description="Grade model predictions ({id, prediction} JSONL) against a benchmark JSONL file.",
+    )
+    parser.add_argument("--data", required=True, help="benchmark JSONL file (id, question, answer, ...)")
+    parser.add_argument("--predictions", required=True, help="predictions JSONL file: {id, prediction} rows")
+    parser.add_argument("--out", default=None, help="write one graded row per prediction to this JSONL file")
+    parser.add_argument(
+        "--kind",
+        choices=ANSWER_KINDS,
+        default=None,
+        help="answer kind when the data file is not a registry benchmark (default: row field, else number)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        summary = grade_files(args.data, args.predictions, args.out, args.kind)
+    except (DatasetError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

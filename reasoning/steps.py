@@ -1,0 +1,104 @@
+"""Step segmentation of model output.
+
+The canonical format wraps every step in tags (StepCo style), the final answer sitting in the
+last step::
+
+    <Step>Tom has 3 + 4 = 7 apples.</Step>
+    <Step>He gives away 2, so 7 - 2 = 5 are left. The answer is <ans>5</ans>.</Step>
+
+`join_steps` writes that format, `split_steps` reads it back from any text and says how the
+steps were found (`ReasoningPath.segmentation`):
+
+- "tags": every `<Step>` closed;
+- "unclosed_tags": the last `<Step>` has no `</Step>` (a truncated generation), its partial
+  text is kept as the last step;
+- "blank_lines" / "lines" / "whole": no tags, so paragraphs, else lines, else one chunk;
+- "empty": nothing but whitespace, zero steps.
+
+Text outside the tags (a preamble, a trailing "The answer is 5.") is not a step, but the answer
+is extracted from the whole text, so a trailing untagged answer sentence still counts.
+"""
+
+from __future__ import annotations
+
+import re
+
+from reasoning.answers import extract_answer
+from reasoning.types import ReasoningPath
+
+__all__ = ["CLOSE_TAG", "OPEN_TAG", "join_steps", "prefix_text", "split_steps"]
+
+OPEN_TAG = "<Step>"
+CLOSE_TAG = "</Step>"
+
+_TAG_RE = re.compile(r"<Step>|</Step>")
+_BLANK_LINE_RE = re.compile(r"\n[ \t\r\f\v]*\n")
+
+
+def join_steps(steps: list[str]) -> str:
+    """Render steps as `<Step>s1</Step>\\n<Step>s2</Step>...`.
+
+    Raises ValueError when a step contains a `<Step>` or `</Step>` tag (it could not be read back).
+    """
+    for i, step in enumerate(steps):
+        if not isinstance(step, str):
+            raise TypeError(f"step {i} is {type(step).__name__}, not str")
+        if OPEN_TAG in step or CLOSE_TAG in step:
+            raise ValueError(f"step {i} contains a {OPEN_TAG} or {CLOSE_TAG} tag: {step[:80]!r}")
+    return "\n".join(f"{OPEN_TAG}{step}{CLOSE_TAG}" for step in steps)
+
+
+def prefix_text(steps: list[str]) -> str:
+    """The text of the given (kept) steps as a model continues it: `join_steps(steps)` plus "\\n".
+
+    Empty for no steps, so a prompt plus `prefix_text(path.steps[:k])` is where generation resumes.
+    """
+    return join_steps(steps) + "\n" if steps else ""
+
+
+def _split_tagged(text: str) -> tuple[list[str], bool]:
+    """(step texts, last step unclosed) of a text with at least one tag.
+
+    A `<Step>` while a step is open closes it first (the model forgot `</Step>`); a `</Step>`
+    with no open step closes the text since the previous tag (a generation that starts inside a
+    step, after a prompt ending in `<Step>`).
+    """
+    chunks: list[str] = []
+    open_at: int | None = None  # start of the open step's text
+    prev_end = 0  # end of the previous tag
+    for m in _TAG_RE.finditer(text):
+        if m.group(0) == OPEN_TAG:
+            if open_at is not None:
+                chunks.append(text[open_at : m.start()])
+            open_at = m.end()
+        else:
+            start = open_at if open_at is not None else prev_end
+            chunks.append(text[start : m.start()])
+            open_at = None
+        prev_end = m.end()
+    unclosed = open_at is not None
+    if unclosed:
+        chunks.append(text[open_at:])
+    return chunks, unclosed
+
+
+def split_steps(text: str) -> ReasoningPath:
+    """Split a model output into steps; see the module docstring for the formats. Never raises."""
+    if not isinstance(text, str):
+        text = "" if text is None else str(text)
+    answer = extract_answer(text)
+    normalized = text.replace("\r\n", "\n").replace("\r", "\n")
+    stripped = normalized.strip()
+    if not stripped:
+        return ReasoningPath(steps=[], answer=answer, raw=text, segmentation="empty")
+    if OPEN_TAG in text or CLOSE_TAG in text:
+        chunks, unclosed = _split_tagged(text)
+        segmentation = "unclosed_tags" if unclosed else "tags"
+    elif _BLANK_LINE_RE.search(stripped):
+        chunks, segmentation = _BLANK_LINE_RE.split(stripped), "blank_lines"
+    elif "\n" in stripped:
+        chunks, segmentation = stripped.split("\n"), "lines"
+    else:
+        chunks, segmentation = [stripped], "whole"
+    steps = [chunk.strip() for chunk in chunks if chunk.strip()]
+    return ReasoningPath(steps=steps, answer=answer, raw=text, segmentation=segmentation)

@@ -1,0 +1,671 @@
+"""The arithmetic world: procedurally generated multi-step word problems with checkable steps.
+
+A problem is a small graph of named quantities ("Ben has 4 more marbles than Ava") with one
+target. The gold solution computes each needed quantity in one step, then states the answer:
+
+    <Step>Ben has 7 + 4 = 11 marbles.</Step>
+    <Step>Ava now has 7 - 2 = 5 marbles.</Step>
+    <Step>The answer is <ans>16</ans>.</Step>
+
+Errors a policy can make are mostly *decisions*, as on GSM8K: which quantity a sentence refers to
+(a person's count before or after an event), which operation a phrase means ("Ava has 3 fewer
+than Ben" makes Ben's count a sum), numbers in distractor sentences that look usable, and
+dependencies spread over several sentences. Arithmetic slips remain possible but numbers are kept
+small by default so they are not the main source of error.
+
+Every step names the quantity it computes, so each step of any path (gold, generated or
+corrupted) is checked exactly against the problem's quantities: `check_steps` returns a verdict
+per step and `earliest_error` the index of the first wrong step (-1 when the path is right).
+
+CLI: ``python -m reasoning.world --split test --n 500 --seed 0 --out world_test.jsonl``
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import re
+import sys
+from dataclasses import asdict, dataclass, field, fields
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from reasoning.arith import try_evaluate
+from reasoning.types import Problem
+
+NAMES = (
+    "Ava Ben Cal Dan Eve Fay Gus Hal Ivy Jay Kim Leo Mia Ned Oli Pam Quinn Ray Sam Tom Uma Vic Wes Xia "
+    "Yara Zoe Abe Bea Cody Dora Eli Finn Gina Hugo Iris Jack Kate Liam Nora Owen"
+).split()
+ITEMS = "marbles apples stickers coins books pencils cards shells stamps cookies beads toys".split()
+OTHER_ITEMS = "pens kites buttons rocks candles cups ribbons".split()
+IRRELEVANT = (
+    "{p} is {k} years old.",
+    "{p} lives {k} miles from school.",
+    "{p}'s brother is {k} years old.",
+    "The shop opens at {k} in the morning.",
+    "{p} walks {k} blocks every day.",
+)
+
+# Phrasings. Each relation defines the NEW quantity `new` from an existing one `old` with constant k.
+# "direct" phrasings name the operation; "inverse" phrasings state the relation from the other side
+# ("Ava has 3 fewer than Ben" defines Ben = Ava + 3), a classic decision trap.
+REL_PHRASES = {
+    "add": {
+        "direct": ["{new} has {k} more {item} than {old}.", "{new} has {k} {item} more than {old}."],
+        "inverse": ["{old} has {k} fewer {item} than {new}."],
+    },
+    "sub": {
+        "direct": ["{new} has {k} fewer {item} than {old}.", "{new} has {k} {item} less than {old}."],
+        "inverse": ["{old} has {k} more {item} than {new}."],
+    },
+    "mul": {
+        "direct": ["{new} has {times} as many {item} as {old}."],
+        "inverse": ["{old} has {frac} as many {item} as {new}."],
+    },
+    "div": {
+        "direct": ["{new} has {frac} as many {item} as {old}."],
+        "inverse": ["{old} has {times} as many {item} as {new}."],
+    },
+}
+TIMES = {2: "twice", 3: "three times", 4: "four times", 5: "five times"}
+FRACS = {2: "half", 3: "a third", 4: "a quarter", 5: "a fifth"}
+GAIN_PHRASES = ["{p} buys {k} more {item}.", "{p} finds {k} more {item}.", "{p} gets {k} more {item} from a friend."]
+LOSE_PHRASES = ["{p} gives away {k} {item}.", "{p} loses {k} {item}.", "{p} sells {k} {item}."]
+SUM_PHRASES = [
+    "{new} has as many {item} as {a} and {b} together.",
+    "{new} has as many {item} as {a} and {b} combined.",
+]
+DIFF_PHRASES = ["{new} has as many {item} as the difference between {a} and {b}."]
+OP_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "sum": "+", "diff": "-", "gain": "+", "lose": "-"}
+
+TOTAL_KEY = "@total"
+ERROR_KINDS = ("format", "slip", "wrong_operand", "wrong_operation", "wrong_answer", "unknown_quantity", "other")
+"""Kinds of step error. A wrong step that only carries an earlier error forward is `propagated`."""
+
+
+@dataclass
+class WorldConfig:
+    """Difficulty knobs of the arithmetic world. Defaults are the embedded CPU default."""
+
+    min_steps: int = 2
+    """Fewest computation steps in a gold solution (the answer step comes on top)."""
+    max_steps: int = 4
+    """Most computation steps in a gold solution (2-8)."""
+    max_base: int = 20
+    """Given counts are drawn from [2, max_base]."""
+    max_delta: int = 9
+    """Constants in 'k more / k fewer / buys k' are drawn from [1, max_delta]."""
+    max_factor: int = 3
+    """Largest factor in 'k times as many' / '1/k as many' (2-5)."""
+    max_value: int = 199
+    """No quantity in a problem exceeds this."""
+    ops: tuple[str, ...] = ("add", "sub", "mul", "div", "sum", "diff", "gain", "lose")
+    """Step kinds the generator may use."""
+    p_inverse: float = 0.25
+    """Probability that a relation is phrased from the other side ('Ava has 3 fewer than Ben')."""
+    min_distractors: int = 0
+    """Fewest distractor sentences."""
+    max_distractors: int = 2
+    """Most distractor sentences (unused relations, other items, irrelevant numbers)."""
+    p_together: float = 0.2
+    """Probability that the question asks for two people's counts together (one more step)."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_steps <= self.max_steps <= 8:
+            raise ValueError(f"need 1 <= min_steps <= max_steps <= 8, got {self.min_steps}, {self.max_steps}")
+        if not 2 <= self.max_factor <= 5:
+            raise ValueError(f"max_factor must be in [2, 5], got {self.max_factor}")
+        if self.max_base < 2 or self.max_delta < 1 or self.max_value < self.max_base:
+            raise ValueError("need max_base >= 2, max_delta >= 1 and max_value >= max_base")
+        unknown = set(self.ops) - set(OP_SYMBOL)
+        if unknown or not self.ops:
+            raise ValueError(f"unknown ops {sorted(unknown)}; choose from {sorted(OP_SYMBOL)}")
+        if not 0 <= self.min_distractors <= self.max_distractors:
+            raise ValueError("need 0 <= min_distractors <= max_distractors")
+        for name in ("p_inverse", "p_together"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be a probability, got {getattr(self, name)}")
+        self.ops = tuple(self.ops)
+
+
+@dataclass
+class Quantity:
+    key: str
+    """'Ben' (a person's count), 'Ben@now' (after an event) or '@total'."""
+    value: int
+    op: str | None = None
+    """None for a given count, else a key of OP_SYMBOL."""
+    args: list[Any] = field(default_factory=list)
+    """Operands: quantity keys (str) or constants (int), in the order the gold step writes them."""
+    needed: bool = False
+    """Whether the gold solution computes it."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Step text: one format shared by the generator, the corruptor and the checker.
+
+_STEP_RE = re.compile(
+    r"^(?:(?P<who>[A-Z][a-z]+) (?P<now>now )?has|(?P<together>Together they) have) "
+    r"(?P<expr>[-+*/() 0-9]+?) = (?P<res>-?[0-9]+) (?P<item>[a-z]+)\.?$"
+)
+_ANSWER_RE = re.compile(r"answer is\s*(?:<ans>)?\s*(-?[0-9]+(?:\.[0-9]+)?)", re.IGNORECASE)
+
+
+def quantity_subject(key: str) -> str:
+    if key == TOTAL_KEY:
+        return "Together they have"
+    person, _, state = key.partition("@")
+    return f"{person} now has" if state == "now" else f"{person} has"
+
+
+def step_text(key: str, expr: str, value: Any, item: str) -> str:
+    return f"{quantity_subject(key)} {expr} = {value} {item}."
+
+
+def answer_step(value: Any) -> str:
+    return f"The answer is <ans>{value}</ans>."
+
+
+def _fmt(value: Fraction | int) -> str:
+    value = Fraction(value)
+    return str(value.numerator) if value.denominator == 1 else str(float(value))
+
+
+# ---------------------------------------------------------------------------------------------
+# Generation.
+
+
+class _Builder:
+    def __init__(self, rng: random.Random, cfg: WorldConfig):
+        self.rng = rng
+        self.cfg = cfg
+        self.item = rng.choice(ITEMS)
+        self.names = rng.sample(NAMES, len(NAMES))
+        self.quantities: dict[str, Quantity] = {}
+        self.latest: dict[str, str] = {}  # person -> key of their current count
+        self.sentences: list[str] = []
+        self.order: list[str] = []  # derived keys in solution order
+
+    def new_person(self) -> str:
+        return self.names.pop()
+
+    def given(self, person: str | None = None) -> str:
+        person = person or self.new_person()
+        value = self.rng.randint(2, self.cfg.max_base)
+        self.quantities[person] = Quantity(person, value)
+        self.latest[person] = person
+        self.sentences.append(f"{person} has {value} {self.item}.")
+        return person
+
+    def derive(self, key: str, op: str, args: list[Any], value: int, sentence: str) -> str:
+        self.quantities[key] = Quantity(key, value, op, args)
+        self.latest[key.partition("@")[0]] = key
+        self.sentences.append(sentence)
+        self.order.append(key)
+        return key
+
+    def value(self, key: str) -> int:
+        return self.quantities[key].value
+
+    def try_step(self, current: str, op: str) -> str | None:
+        rng, cfg, item = self.rng, self.cfg, self.item
+        a = self.value(current)
+        person = current.partition("@")[0]
+        if op in ("add", "sub", "mul", "div"):
+            inverse = rng.random() < cfg.p_inverse
+            if op in ("add", "sub"):
+                k = rng.randint(1, cfg.max_delta)
+                value = a + k if op == "add" else a - k
+                extra = {"k": k}
+            else:
+                choices = [f for f in range(2, cfg.max_factor + 1) if op == "mul" or a % f == 0]
+                if not choices:
+                    return None
+                k = rng.choice(choices)
+                value = a * k if op == "mul" else a // k
+                extra = {"times": TIMES[k], "frac": FRACS[k]}
+            if not 1 <= value <= cfg.max_value:
+                return None
+            new = self.new_person()
+            template = rng.choice(REL_PHRASES[op]["inverse" if inverse else "direct"])
+            sentence = template.format(new=new, old=person, item=item, **extra)
+            return self.derive(new, op, [current, k], value, sentence)
+        if op in ("gain", "lose"):
+            if self.latest.get(person) != current or "@" in current:
+                return None  # one event per person, applied to their current count
+            k = rng.randint(1, cfg.max_delta)
+            value = a + k if op == "gain" else a - k
+            if not 1 <= value <= cfg.max_value:
+                return None
+            template = rng.choice(GAIN_PHRASES if op == "gain" else LOSE_PHRASES)
+            return self.derive(f"{person}@now", op, [current, k], value, template.format(p=person, k=k, item=item))
+        if op in ("sum", "diff"):
+            others = [key for p, key in self.latest.items() if key != current]
+            if not others:
+                return None
+            other = rng.choice(others)
+            b = self.value(other)
+            first, second = (current, other) if rng.random() < 0.5 else (other, current)
+            if op == "sum":
+                value = a + b
+                template = rng.choice(SUM_PHRASES)
+            else:
+                if a == b:
+                    return None
+                if self.value(first) < self.value(second):
+                    first, second = second, first
+                value = self.value(first) - self.value(second)
+                template = rng.choice(DIFF_PHRASES)
+            if not 1 <= value <= cfg.max_value:
+                return None
+            new = self.new_person()
+            sentence = template.format(
+                new=new, a=first.partition("@")[0], b=second.partition("@")[0], item=item
+            )
+            return self.derive(new, op, [first, second], value, sentence)
+        raise ValueError(f"unknown op {op}")
+
+
+def _distractor(b: _Builder) -> tuple[str, str | None, Quantity | None]:
+    """A distractor sentence, the person it mentions (or None) and the unused quantity it defines."""
+    rng = b.rng
+    kind = rng.choice(("unused_relation", "other_item", "irrelevant_number"))
+    people = list(b.latest)
+    person = rng.choice(people)
+    if kind == "unused_relation":
+        a = b.value(b.latest[person])
+        k = rng.randint(1, b.cfg.max_delta)
+        op = rng.choice(("add", "sub"))
+        value = a + k if op == "add" else a - k
+        if value >= 1:
+            new = b.new_person()
+            sentence = rng.choice(REL_PHRASES[op]["direct"]).format(new=new, old=person, item=b.item, k=k)
+            return sentence, person, Quantity(new, value, op, [b.latest[person], k])
+        kind = "other_item"
+    k = rng.randint(2, b.cfg.max_base)
+    if kind == "other_item":
+        return f"{person} also has {k} {rng.choice(OTHER_ITEMS)}.", person, None
+    template = rng.choice(IRRELEVANT)
+    return template.format(p=person, k=k), (person if "{p}" in template else None), None
+
+
+def _generate_one(rng: random.Random, cfg: WorldConfig) -> dict[str, Any] | None:
+    b = _Builder(rng, cfg)
+    n_steps = rng.randint(cfg.min_steps, cfg.max_steps)
+    together = rng.random() < cfg.p_together and n_steps >= 2
+    n_chain = n_steps - 1 if together else n_steps
+    current = b.given()
+    if rng.random() < 0.5:
+        b.given()
+    for _ in range(n_chain):
+        ops = list(cfg.ops)
+        rng.shuffle(ops)
+        for op in ops:
+            if op in ("sum", "diff") and len(b.latest) < 2:
+                b.given()
+            made = b.try_step(current, op)
+            if made:
+                current = made
+                break
+        else:
+            return None
+    if together:
+        others = [key for key in b.latest.values() if key != current]
+        if not others:
+            return None
+        other = rng.choice(others)
+        value = b.value(current) + b.value(other)
+        if value > cfg.max_value:
+            return None
+        b.quantities[TOTAL_KEY] = Quantity(TOTAL_KEY, value, "sum", [current, other])
+        b.order.append(TOTAL_KEY)
+        pa, pb = current.partition("@")[0], other.partition("@")[0]
+        question = f"How many {b.item} do {pa} and {pb} have together?"
+        target = TOTAL_KEY
+    else:
+        suffix = " now" if "@" in current else ""
+        question = f"How many {b.item} does {current.partition('@')[0]} have{suffix}?"
+        target = current
+    # Distractor sentences, inserted at random places after the sentences they refer to.
+    n_distract = rng.randint(cfg.min_distractors, cfg.max_distractors)
+    sentences = list(b.sentences)
+    kinds = []
+    for _ in range(n_distract):
+        sentence, person, quantity = _distractor(b)
+        mentions = [i for i, s in enumerate(sentences) if person is not None and re.search(rf"\b{person}\b", s)]
+        if quantity is not None:
+            # A relation to a person's count comes after every sentence about that person, so the
+            # count it refers to is the person's final one.
+            low = max(mentions) + 1
+            b.quantities[quantity.key] = quantity
+        else:
+            low = min(mentions) + 1 if mentions else 0
+        sentences.insert(rng.randint(low, len(sentences)), sentence)
+        kinds.append(sentence)
+    # Every quantity in the chain is needed; mark from the target down.
+    stack = [target]
+    while stack:
+        key = stack.pop()
+        q = b.quantities[key]
+        if q.op is not None and not q.needed:
+            q.needed = True
+            stack.extend(a for a in q.args if isinstance(a, str))
+    order = [k for k in b.order if b.quantities[k].needed]
+    steps = []
+    for key in order:
+        q = b.quantities[key]
+        expr = f" {OP_SYMBOL[q.op]} ".join(str(b.value(a)) if isinstance(a, str) else str(a) for a in q.args)
+        steps.append(step_text(key, expr, q.value, b.item))
+    steps.append(answer_step(b.value(target)))
+    return {
+        "question": " ".join(sentences) + " " + question,
+        "answer": str(b.value(target)),
+        "steps": steps,
+        "world": {
+            "item": b.item,
+            "target": target,
+            "n_steps": len(order),
+            "distractors": kinds,
+            "quantities": {k: asdict(q) for k, q in b.quantities.items()},
+        },
+    }
+
+
+SPLIT_BUCKETS = {"test": range(0, 10), "dev": range(10, 20), "train": range(20, 100)}
+"""A problem belongs to the split owning hash(question) % 100: splits are disjoint by construction."""
+
+
+def split_of(question: str) -> str:
+    bucket = int(hashlib.sha256(question.encode()).hexdigest()[:8], 16) % 100
+    return next(name for name, buckets in SPLIT_BUCKETS.items() if bucket in buckets)
+
+
+def generate(split: str, n: int, seed: int = 0, config: WorldConfig | None = None) -> list[dict[str, Any]]:
+    """`n` distinct problems of `split` (train / dev / test) as rows of the benchmark schema."""
+    if split not in SPLIT_BUCKETS:
+        raise ValueError(f"split must be one of {sorted(SPLIT_BUCKETS)}, got {split!r}")
+    if n < 0:
+        raise ValueError("n must be >= 0")
+    cfg = config or WorldConfig()
+    rng = random.Random(f"world-{seed}-{split}")
+    rows: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    attempts = 0
+    while len(rows) < n:
+        attempts += 1
+        if attempts > 1000 * (n + 10):
+            raise RuntimeError("the world config admits too few distinct problems for this split")
+        row = _generate_one(rng, cfg)
+        if row is None or row["question"] in seen or split_of(row["question"]) != split:
+            continue
+        seen.add(row["question"])
+        row = {"id": f"world-{split}-{seed}-{len(rows)}", **row, "answer_kind": "number"}
+        rows.append(row)
+    return rows
+
+
+def generate_problems(split: str, n: int, seed: int = 0, config: WorldConfig | None = None) -> list[Problem]:
+    return [row_to_problem(r) for r in generate(split, n, seed, config)]
+
+
+def row_to_problem(row: dict[str, Any]) -> Problem:
+    meta = {k: v for k, v in row.items() if k not in ("id", "question", "answer", "answer_kind")}
+    return Problem(id=row["id"], question=row["question"], answer=row["answer"], answer_kind="number", meta=meta)
+
+
+def gold_solution(problem: Problem | dict[str, Any]) -> str:
+    from reasoning.steps import join_steps
+
+    steps = problem.meta["steps"] if isinstance(problem, Problem) else problem["steps"]
+    return join_steps(steps)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checking.
+
+
+@dataclass
+class StepCheck:
+    ok: bool
+    kind: str
+    """'correct', 'propagated' (wrong only because an earlier step was) or one of ERROR_KINDS."""
+    key: str | None = None
+    claimed: str | None = None
+    true: str | None = None
+
+
+def _spec(problem: Problem | dict[str, Any]) -> dict[str, Any]:
+    if isinstance(problem, Problem):
+        return problem.meta["world"]
+    return problem["world"] if "world" in problem else problem
+
+
+def _parse_binary(expr: str) -> tuple[Fraction, str, Fraction] | None:
+    m = re.fullmatch(r"\s*(-?[0-9]+)\s*([-+*/])\s*(-?[0-9]+)\s*", expr)
+    if not m:
+        return None
+    return Fraction(int(m.group(1))), m.group(2), Fraction(int(m.group(3)))
+
+
+def check_steps(problem: Problem | dict[str, Any], steps: list[str]) -> list[StepCheck]:
+    """A verdict for every step of a path, computed exactly from the problem's quantities.
+
+    A computation step is correct when it parses, its arithmetic is right and its result is the
+    true value of the quantity it names. An answer step is correct when it states the target's
+    true value. Wrong steps are classified by the kind of error.
+    """
+    spec = _spec(problem)
+    quantities = spec["quantities"]
+    true = {k: Fraction(q["value"]) for k, q in quantities.items()}
+    target_value = true[spec["target"]]
+    claimed_by_path: dict[str, Fraction] = {}
+    any_error = False
+    out: list[StepCheck] = []
+    for raw in steps:
+        text = raw.strip()
+        verdict: StepCheck
+        if "<ans>" in text or re.search(r"answer is", text, re.IGNORECASE):
+            m = _ANSWER_RE.search(text)
+            if not m:
+                verdict = StepCheck(False, "format")
+            else:
+                value = Fraction(m.group(1))
+                if value == target_value:
+                    verdict = StepCheck(True, "correct", spec["target"], _fmt(value), _fmt(target_value))
+                else:
+                    kind = "propagated" if claimed_by_path.get(spec["target"]) == value else "wrong_answer"
+                    verdict = StepCheck(False, kind, spec["target"], _fmt(value), _fmt(target_value))
+        else:
+            verdict = _check_computation(text, quantities, true, claimed_by_path)
+        any_error = any_error or not verdict.ok
+        out.append(verdict)
+    return out
+
+
+def _check_computation(text, quantities, true, claimed_by_path) -> StepCheck:
+    m = _STEP_RE.match(text)
+    if not m:
+        return StepCheck(False, "format")
+    key = TOTAL_KEY if m.group("together") else m.group("who") + ("@now" if m.group("now") else "")
+    claimed = Fraction(int(m.group("res")))
+    value = try_evaluate(m.group("expr"))
+    if value is None:
+        return StepCheck(False, "format", key, _fmt(claimed))
+    if value != claimed:
+        return StepCheck(False, "slip", key, _fmt(claimed), _fmt(true[key]) if key in true else None)
+    if key not in quantities:
+        return StepCheck(False, "unknown_quantity", key, _fmt(claimed))
+    claimed_by_path[key] = claimed
+    if claimed == true[key]:
+        return StepCheck(True, "correct", key, _fmt(claimed), _fmt(true[key]))
+    q = quantities[key]
+    verdict = StepCheck(False, "other", key, _fmt(claimed), _fmt(true[key]))
+    parsed = _parse_binary(m.group("expr"))
+    if q["op"] is None or parsed is None or len(q["args"]) != 2:
+        return verdict
+    x, sym, y = parsed
+    gold_sym = OP_SYMBOL[q["op"]]
+    gold_true = [true[a] if isinstance(a, str) else Fraction(a) for a in q["args"]]
+    gold_path = [claimed_by_path.get(a, true[a]) if isinstance(a, str) else Fraction(a) for a in q["args"]]
+    commutative = sym in "+*"
+    same = (lambda u, v: sorted(u) == sorted(v)) if commutative else (lambda u, v: list(u) == list(v))
+    if sym == gold_sym and gold_path != gold_true and same([x, y], gold_path):
+        verdict.kind = "propagated"
+    elif sym == gold_sym:
+        verdict.kind = "wrong_operand"
+    elif sorted([x, y]) in (sorted(gold_true), sorted(gold_path)):
+        verdict.kind = "wrong_operation"
+    return verdict
+
+
+def earliest_error(problem: Problem | dict[str, Any], steps: list[str]) -> int:
+    """Index of the first wrong step; -1 when every step is right and the last states the right answer.
+
+    A path whose steps are all right but which never states an answer gets index len(steps).
+    """
+    checks = check_steps(problem, steps)
+    for i, c in enumerate(checks):
+        if not c.ok:
+            return i
+    if not steps or not _ANSWER_RE.search(steps[-1]):
+        return len(steps)
+    return -1
+
+
+def error_kind(problem: Problem | dict[str, Any], steps: list[str]) -> str | None:
+    """The kind of the earliest error ('missing_answer' for a path that stops without one), or None."""
+    checks = check_steps(problem, steps)
+    for c in checks:
+        if not c.ok:
+            return c.kind
+    if not steps or not _ANSWER_RE.search(steps[-1]):
+        return "missing_answer"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Corruption: paths with one injected error at a known step, carried forward consistently.
+
+
+CORRUPTIONS = ("slip", "wrong_operand", "wrong_operation")
+
+
+def corrupt_steps(
+    problem: Problem | dict[str, Any], rng: random.Random, at: int | None = None, kind: str | None = None
+) -> tuple[list[str], int, str]:
+    """A path with an error injected at computation step `at` (random if None), later steps
+    recomputed from the wrong value. Returns (steps, index of the injected error, kind)."""
+    spec = _spec(problem)
+    quantities = spec["quantities"]
+    order = [k for k in _solution_order(problem)]
+    if not order:
+        raise ValueError("problem has no computation step to corrupt")
+    for _ in range(50):
+        i = rng.randrange(len(order)) if at is None else at
+        k = kind or rng.choice(CORRUPTIONS)
+        made = _try_corrupt(spec, quantities, order, i, k, rng)
+        if made is not None:
+            return made, i, k
+    raise ValueError(f"could not corrupt step {at} of this problem")
+
+
+def _solution_order(problem: Problem | dict[str, Any]) -> list[str]:
+    spec = _spec(problem)
+    steps = problem.meta["steps"] if isinstance(problem, Problem) else problem["steps"]
+    order = []
+    for s in steps[:-1]:
+        m = _STEP_RE.match(s)
+        order.append(TOTAL_KEY if m.group("together") else m.group("who") + ("@now" if m.group("now") else ""))
+    assert all(k in spec["quantities"] for k in order)
+    return order
+
+
+def _try_corrupt(spec, quantities, order, i, kind, rng) -> list[str] | None:
+    item = spec["item"]
+    values = {k: Fraction(q["value"]) for k, q in quantities.items()}
+    steps = []
+    for j, key in enumerate(order):
+        q = quantities[key]
+        operands = [values[a] if isinstance(a, str) else Fraction(a) for a in q["args"]]
+        sym = OP_SYMBOL[q["op"]]
+        if j == i:
+            if kind == "wrong_operation":
+                sym = rng.choice([s for s in "+-*/" if s != sym])
+            elif kind == "wrong_operand":
+                pool = {Fraction(v["value"]) for k, v in quantities.items() if k != key} | {
+                    Fraction(n) for n in re.findall(r"\b[0-9]+\b", " ".join(spec.get("distractors", [])))
+                }
+                pool -= set(operands)
+                if not pool:
+                    return None
+                operands[rng.randrange(2)] = rng.choice(sorted(pool))
+        value = _apply(operands[0], sym, operands[1])
+        if value is None or value.denominator != 1 or value < 0 or value > 10 * 999:
+            return None
+        if j == i and kind == "slip":
+            value += rng.choice([-10, -2, -1, 1, 2, 10])
+            if value < 0:
+                return None
+        if j == i and value == Fraction(q["value"]):
+            return None  # not an error after all
+        values[key] = value
+        expr = f" {sym} ".join(_fmt(o) for o in operands)
+        steps.append(step_text(key, expr, _fmt(value), item))
+    steps.append(answer_step(_fmt(values[spec["target"]])))
+    return steps
+
+
+def _apply(a: Fraction, sym: str, b: Fraction) -> Fraction | None:
+    if sym == "+":
+        return a + b
+    if sym == "-":
+        return a - b
+    if sym == "*":
+        return a * b
+    return a / b if b != 0 else None
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI.
+
+
+def config_from_args(values: dict[str, Any]) -> WorldConfig:
+    known = {f.name for f in fields(WorldConfig)}
+    return WorldConfig(**{k: v for k, v in values.items() if k in known and v is not None})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m reasoning.world", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--split", default="test", choices=sorted(SPLIT_BUCKETS))
+    parser.add_argument("--n", type=int, default=500)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", required=True, help="JSONL file to write")
+    for f in fields(WorldConfig):
+        if f.name == "ops":
+            parser.add_argument("--ops", nargs="+", default=None)
+        else:
+            parser.add_argument(f"--{f.name}", type=type(f.default), default=None)
+    args = parser.parse_args(argv)
+    try:
+        cfg = config_from_args(vars(args))
+        rows = generate(args.split, args.n, args.seed, cfg)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w") as fh:
+        for row in rows:
+            fh.write(json.dumps(row) + "\n")
+    steps = [r["world"]["n_steps"] for r in rows]
+    print(json.dumps({"out": str(out), "n": len(rows), "split": args.split, "seed": args.seed,
+                      "mean_steps": sum(steps) / max(len(steps), 1)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

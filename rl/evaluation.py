@@ -1,0 +1,42 @@
+"""Greedy accuracy of a policy on problems, used before and after training (SFT, PPO)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from inference.backends.base import SamplingParams
+from reasoning.grading import grade
+from reasoning.prompts import solve_prompt
+from reasoning.steps import split_steps
+from reasoning.types import Problem
+from reasoning.world import error_kind
+
+
+def greedy_eval(generator, problems: list[Problem], max_new_tokens: int = 192) -> dict[str, Any]:
+    """Accuracy of greedy decoding, with per-problem rows and, on world problems, the error mix."""
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
+    outputs = generator.generate([solve_prompt(p.question) for p in problems], params)
+    rows, mix = [], Counter()
+    for problem, (completion,) in zip(problems, outputs):
+        path = split_steps(completion.text)
+        result = grade(completion.text, problem)
+        row = {"id": problem.id, "prediction": path.answer, "correct": result.correct,
+               "completion": completion.text, "finish_reason": completion.finish_reason,
+               "completion_tokens": completion.completion_tokens}
+        if "world" in problem.meta:
+            kind = error_kind(problem, path.steps)
+            if completion.finish_reason == "length":
+                kind = kind or "truncated"
+            row["error_kind"] = kind
+            if not result.correct:
+                mix[kind or "unknown"] += 1
+        rows.append(row)
+    n = len(rows)
+    correct = sum(r["correct"] for r in rows)
+    summary = {"n": n, "correct": correct, "accuracy": correct / n if n else 0.0,
+               "truncated": sum(r["finish_reason"] == "length" for r in rows),
+               "mean_completion_tokens": sum(r["completion_tokens"] for r in rows) / max(n, 1)}
+    if mix:
+        summary["error_mix"] = dict(mix.most_common())
+    return {"summary": summary, "rows": rows}
