@@ -27,7 +27,7 @@ def explore_prompt(question: str, prefix_steps: list[str] | None = None) -> str:
 
 def final_answer_prompt(question: str, prefix_steps: list[str]) -> str:
     """BEATS' final-answer action: the path so far, then the answer step is opened for the model."""
-    return solve_prompt(question, prefix_steps) + f"{STEP_OPEN}The answer is {ANS_OPEN}"
+    return solve_prompt(question, prefix_steps) + f"{STEP_OPEN} The answer is {ANS_OPEN}"
 
 
 def feedback_text(step_index: int, probability: float) -> str:

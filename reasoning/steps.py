@@ -3,8 +3,8 @@
 The canonical format wraps every step in tags (StepCo style), the final answer sitting in the
 last step::
 
-    <Step>Tom has 3 + 4 = 7 apples.</Step>
-    <Step>He gives away 2, so 7 - 2 = 5 are left. The answer is <ans>5</ans>.</Step>
+    <Step> Tom has 3 + 4 = 7 apples.</Step>
+    <Step> He gives away 2, so 7 - 2 = 5 are left. The answer is <ans>5</ans>.</Step>
 
 `join_steps` writes that format, `split_steps` reads it back from any text and says how the
 steps were found (`ReasoningPath.segmentation`):
@@ -45,7 +45,9 @@ def join_steps(steps: list[str]) -> str:
             raise TypeError(f"step {i} is {type(step).__name__}, not str")
         if OPEN_TAG in step or CLOSE_TAG in step:
             raise ValueError(f"step {i} contains a {OPEN_TAG} or {CLOSE_TAG} tag: {step[:80]!r}")
-    return "\n".join(f"{OPEN_TAG}{step}{CLOSE_TAG}" for step in steps)
+    # A space after the opening tag: the step's first word then tokenizes as it does inside a
+    # sentence (" Tom", not "Tom"), so a model copies names from the question as the same token.
+    return "\n".join(f"{OPEN_TAG} {step.strip()}{CLOSE_TAG}" for step in steps)
 
 
 def prefix_text(steps: list[str]) -> str:

@@ -17,6 +17,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from trl import SFTConfig
+
 from reasoning.corpora import TASKS, build_corpus
 from reasoning.world import WorldConfig, generate, row_to_problem
 
@@ -36,7 +38,7 @@ class WorldSFTArguments:
     num_layers: int = field(default=4, metadata={"help": "Tiny model depth."})
     num_heads: int = field(default=4, metadata={"help": "Tiny model attention heads."})
     vocab_size: int = field(default=1024, metadata={"help": "BPE vocabulary size of the tiny tokenizer."})
-    n_train: int = field(default=12000, metadata={"help": "World training problems."})
+    n_train: int = field(default=24000, metadata={"help": "World training problems."})
     n_eval: int = field(default=500, metadata={"help": "World test problems for the greedy accuracy."})
     world_seed: int = field(default=0, metadata={"help": "Seed of the world's train and test problems."})
     tasks: str = field(
@@ -69,29 +71,25 @@ class WorldSFTArguments:
         return weights
 
 
-def _sft_config_class():
-    from trl import SFTConfig
+@dataclass
+class WorldSFTConfig(SFTConfig):
+    """TRL's SFTConfig with the embedded CPU default: a tiny model trained from scratch."""
 
-    @dataclass
-    class WorldSFTConfig(SFTConfig):
-        """TRL's SFTConfig with the embedded CPU default: a tiny model trained from scratch."""
+    output_dir: str | None = field(default="outputs/sft_tiny", metadata={"help": "Where the policy goes."})
+    learning_rate: float = field(default=2e-3, metadata={"help": "Peak learning rate."})
+    num_train_epochs: float = field(default=1.0, metadata={"help": "Passes over the corpus."})
+    per_device_train_batch_size: int = field(default=32, metadata={"help": "Batch size per process."})
+    lr_scheduler_type: str = field(default="cosine", metadata={"help": "Learning-rate schedule."})
+    warmup_steps: float = field(default=0.03, metadata={"help": "Warm-up (fraction of steps when < 1)."})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay."})
+    logging_steps: float = field(default=50, metadata={"help": "Log every N steps."})
+    save_strategy: str = field(default="no", metadata={"help": "Checkpointing during SFT."})
+    gradient_checkpointing: bool = field(default=False, metadata={"help": "Off: tiny models do not need it."})
+    bf16: bool | None = field(default=False, metadata={"help": "bf16 mixed precision (GPU recipes)."})
+    max_length: int | None = field(default=512, metadata={"help": "Longest tokenized example."})
+    seed: int = field(default=0, metadata={"help": "Training seed."})
+    dataloader_drop_last: bool = field(default=True, metadata={"help": "Drop the ragged last batch."})
 
-        output_dir: str | None = field(default="outputs/sft_tiny", metadata={"help": "Where the policy goes."})
-        learning_rate: float = field(default=2e-3, metadata={"help": "Peak learning rate."})
-        num_train_epochs: float = field(default=1.0, metadata={"help": "Passes over the corpus."})
-        per_device_train_batch_size: int = field(default=32, metadata={"help": "Batch size per process."})
-        lr_scheduler_type: str = field(default="cosine", metadata={"help": "Learning-rate schedule."})
-        warmup_steps: float = field(default=0.03, metadata={"help": "Warm-up (fraction of steps when < 1)."})
-        weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay."})
-        logging_steps: float = field(default=50, metadata={"help": "Log every N steps."})
-        save_strategy: str = field(default="no", metadata={"help": "Checkpointing during SFT."})
-        gradient_checkpointing: bool = field(default=False, metadata={"help": "Off: tiny models do not need it."})
-        bf16: bool | None = field(default=False, metadata={"help": "bf16 mixed precision (GPU recipes)."})
-        max_length: int | None = field(default=512, metadata={"help": "Longest tokenized example."})
-        seed: int = field(default=0, metadata={"help": "Training seed."})
-        dataloader_drop_last: bool = field(default=True, metadata={"help": "Drop the ragged last batch."})
-
-    return WorldSFTConfig
 
 
 def run(args: WorldSFTArguments, training_args) -> dict:
@@ -161,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     from trl import TrlParser
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    parser = TrlParser((WorldSFTArguments, _sft_config_class()))
+    parser = TrlParser((WorldSFTArguments, WorldSFTConfig))
     args, training_args = parser.parse_args_and_config(args=argv)
     try:
         args.world_config()

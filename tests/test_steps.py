@@ -11,7 +11,7 @@ from reasoning.types import ReasoningPath
 
 
 def test_join_steps_renders_tags_joined_by_newlines():
-    assert join_steps(["a", "b c"]) == "<Step>a</Step>\n<Step>b c</Step>"
+    assert join_steps(["a", "b c"]) == "<Step> a</Step>\n<Step> b c</Step>"
     assert join_steps([]) == ""
 
 
@@ -23,7 +23,7 @@ def test_join_steps_rejects_tags_inside_a_step(bad):
 
 def test_prefix_text_is_where_generation_resumes():
     assert prefix_text([]) == ""
-    assert prefix_text(["a"]) == "<Step>a</Step>\n"
+    assert prefix_text(["a"]) == "<Step> a</Step>\n"
     steps = ["3 + 4 = 7", "7 * 2 = 14", "The answer is <ans>14</ans>."]
     for k in range(len(steps) + 1):
         continued = prefix_text(steps[:k]) + join_steps(steps[k:])

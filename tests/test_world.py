@@ -1,0 +1,162 @@
+"""The arithmetic world: determinism, disjoint splits, exact step checking, corruption, CLI."""
+
+import json
+import random
+import subprocess
+import sys
+
+import pytest
+
+from reasoning import world as w
+from reasoning.benchmarks import load_benchmark
+from reasoning.steps import split_steps
+
+
+@pytest.fixture(scope="module")
+def test_rows():
+    return w.generate("test", 200, seed=0)
+
+
+def test_deterministic_by_seed():
+    assert w.generate("train", 30, seed=3) == w.generate("train", 30, seed=3)
+    assert w.generate("train", 30, seed=3) != w.generate("train", 30, seed=4)
+
+
+def test_splits_disjoint_by_construction():
+    splits = {s: w.generate(s, 300, seed=0) for s in ("train", "dev", "test")}
+    questions = {s: {r["question"] for r in rows} for s, rows in splits.items()}
+    assert not questions["train"] & questions["test"]
+    assert not questions["train"] & questions["dev"]
+    assert not questions["dev"] & questions["test"]
+    for s, rows in splits.items():
+        assert all(w.split_of(r["question"]) == s for r in rows)
+        assert len(questions[s]) == len(rows)  # no duplicates within a split
+
+
+def test_gold_solutions_check_as_correct(test_rows):
+    cfg = w.WorldConfig()
+    for row in test_rows:
+        assert w.earliest_error(row, row["steps"]) == -1, row
+        assert all(c.ok for c in w.check_steps(row, row["steps"]))
+        assert cfg.min_steps <= row["world"]["n_steps"] <= cfg.max_steps
+        assert row["steps"][-1] == f"The answer is <ans>{row['answer']}</ans>."
+        assert row["answer_kind"] == "number"
+
+
+@pytest.mark.parametrize("kind", w.CORRUPTIONS)
+def test_corrupted_paths_locate_the_injected_error(test_rows, kind):
+    rng = random.Random(0)
+    for row in test_rows:
+        for at in range(row["world"]["n_steps"]):
+            try:
+                steps, index, made = w.corrupt_steps(row, rng, at=at, kind=kind)
+            except ValueError:
+                continue  # some (step, kind) pairs have no integer-valued corruption
+            assert (index, made) == (at, kind)
+            assert w.earliest_error(row, steps) == at, (row["question"], steps)
+            assert w.error_kind(row, steps) == kind
+            checks = w.check_steps(row, steps)
+            # Every later wrong step only carries the injected error forward.
+            assert all(c.ok or c.kind == "propagated" for c in checks[at + 1 :]), checks
+
+
+def test_random_corruption_covers_every_kind(test_rows):
+    rng = random.Random(1)
+    kinds = {w.corrupt_steps(row, rng)[2] for row in test_rows}
+    assert kinds == set(w.CORRUPTIONS)
+
+
+HAND = {
+    "question": "Ava has 7 marbles. Ava gives away 2 marbles. Ben has 3 more marbles than Ava. "
+    "Ava is 9 years old. How many marbles does Ben have?",
+    "answer": "8",
+    "steps": ["Ava now has 7 - 2 = 5 marbles.", "Ben has 5 + 3 = 8 marbles.", "The answer is <ans>8</ans>."],
+    "world": {
+        "item": "marbles",
+        "target": "Ben",
+        "n_steps": 2,
+        "distractors": ["Ava is 9 years old."],
+        "quantities": {
+            "Ava": {"key": "Ava", "value": 7, "op": None, "args": [], "needed": False},
+            "Ava@now": {"key": "Ava@now", "value": 5, "op": "lose", "args": ["Ava", 2], "needed": True},
+            "Ben": {"key": "Ben", "value": 8, "op": "add", "args": ["Ava@now", 3], "needed": True},
+        },
+    },
+}
+
+
+@pytest.mark.parametrize(
+    "steps, index, kind",
+    [
+        (HAND["steps"], -1, None),
+        # Stale value: Ben's relation refers to Ava after the event.
+        (["Ben has 7 + 3 = 10 marbles.", "The answer is <ans>10</ans>."], 0, "wrong_operand"),
+        # Distractor number used.
+        (["Ava now has 7 - 2 = 5 marbles.", "Ben has 5 + 9 = 14 marbles.", "The answer is <ans>14</ans>."],
+         1, "wrong_operand"),
+        (["Ava now has 7 - 2 = 5 marbles.", "Ben has 5 - 3 = 2 marbles.", "The answer is <ans>2</ans>."],
+         1, "wrong_operation"),
+        (["Ava now has 7 - 2 = 4 marbles.", "Ben has 4 + 3 = 7 marbles.", "The answer is <ans>7</ans>."], 0, "slip"),
+        (["Ava now has 7 - 2 = 5 marbles.", "Ben has 5 + 3 = 8 marbles.", "The answer is <ans>5</ans>."],
+         2, "wrong_answer"),
+        (["Ava now has 7 - 2 = 5 marbles.", "Ben has 5 + 3 = 8 marbles."], 2, "missing_answer"),
+        (["Ava now has 7 - 2 = 5 marbles.", "so Ben is bigger"], 1, "format"),
+        (["Zed has 7 + 3 = 10 marbles.", "The answer is <ans>10</ans>."], 0, "unknown_quantity"),
+        ([], 0, "missing_answer"),
+    ],
+)
+def test_hand_written_paths(steps, index, kind):
+    assert w.earliest_error(HAND, steps) == index
+    assert w.error_kind(HAND, steps) == kind
+
+
+def test_propagated_errors_are_labelled():
+    steps = ["Ava now has 7 - 2 = 6 marbles.", "Ben has 6 + 3 = 9 marbles.", "The answer is <ans>9</ans>."]
+    kinds = [c.kind for c in w.check_steps(HAND, steps)]
+    assert kinds == ["slip", "propagated", "propagated"]
+
+
+def test_checker_parses_generated_text_through_segmentation(test_rows):
+    row = test_rows[0]
+    text = "\n".join(f"<Step>{s}</Step>" for s in row["steps"])
+    assert w.earliest_error(row, split_steps(text).steps) == -1
+
+
+def test_distractors_and_inverse_phrasing_appear():
+    rows = w.generate("train", 300, seed=0, config=w.WorldConfig(min_distractors=1, max_distractors=2, p_inverse=1.0))
+    assert all(r["world"]["distractors"] for r in rows)
+    assert all(d in r["question"] for r in rows for d in r["world"]["distractors"])
+    assert any(" fewer " in r["question"] and "+" in " ".join(r["steps"]) for r in rows)
+
+
+@pytest.mark.parametrize("bad", [dict(min_steps=0), dict(min_steps=5, max_steps=3), dict(max_steps=9),
+                                 dict(max_factor=7), dict(ops=("pow",)), dict(p_inverse=1.5),
+                                 dict(min_distractors=3, max_distractors=1)])
+def test_bad_config_is_rejected(bad):
+    with pytest.raises(ValueError):
+        w.WorldConfig(**bad)
+
+
+def test_steps_knob_reaches_eight():
+    rows = w.generate("test", 20, seed=0, config=w.WorldConfig(min_steps=8, max_steps=8))
+    assert all(r["world"]["n_steps"] == 8 for r in rows)
+    assert all(w.earliest_error(r, r["steps"]) == -1 for r in rows)
+
+
+def test_cli_writes_benchmark_schema(tmp_path):
+    out = tmp_path / "world_test.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "reasoning.world", "--split", "test", "--n", "25", "--seed", "0",
+                           "--out", str(out)], capture_output=True, text=True, check=True)
+    assert json.loads(proc.stdout)["n"] == 25
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows == w.generate("test", 25, seed=0)
+    assert all(isinstance(r[k], str) for r in rows for k in ("id", "question", "answer"))
+    problems = load_benchmark(str(out))
+    assert [p.id for p in problems] == [r["id"] for r in rows]
+    assert all(w.earliest_error(p, p.meta["steps"]) == -1 for p in problems)
+
+
+def test_cli_rejects_bad_knobs(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "reasoning.world", "--n", "5", "--max_steps", "12",
+                           "--out", str(tmp_path / "x.jsonl")], capture_output=True, text=True)
+    assert proc.returncode == 2 and "max_steps" in proc.stderr
