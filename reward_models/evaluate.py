@@ -1,0 +1,548 @@
+"""Step-level evaluation of a verifier: ProcessBench's earliest-error F1 and Best-of-N selection.
+
+    python -m reward_models.evaluate --verifier V --data F [--policy P]
+        [--threshold θ | --calibrate-on DEV] [--rule threshold|drop] [--limit N] [--out rows.jsonl]
+
+`V` is anything `reward_models.load.load_verifier` takes: a PSV directory, `confidence` (with
+`--policy`) or `exact` (world data only). `F` (and `DEV`) is one of
+
+- a ProcessBench file (`../shared/data/processbench_*.jsonl`) or registry name (`processbench_gsm8k`):
+  rows with `question`, `steps` and `label` (the earliest wrong step, -1 for a right path);
+- a stepwise JSONL (`prompt`, `completions`) with the exact earliest error, as `earliest_error` or
+  as `exact_labels` (per-step 0/1: the first step labelled < 0.5 is the earliest error; with none,
+  a row whose `answer_correct` is false is a path that never states an answer);
+- `world` / `world:SPLIT` (generated problems; `world` is the test split for `--data` and the dev
+  split for `--calibrate-on`) or a world JSONL (rows with a `world` field), with `--policy`: paths are
+  sampled from the policy and labelled exactly by `reasoning.world.earliest_error`. Then Best-of-N
+  selection accuracy (`--bon_n`) is reported for every aggregation too.
+
+**Metric** (ProcessBench). The predicted earliest error of a path is its first *flagged* step (-1
+when none is). Accuracy on erroneous paths asks for exactly the gold index; accuracy on correct
+paths asks for -1; F1 is their harmonic mean (None when either kind of path is absent).
+
+**Decision rules.** `threshold`: step k is flagged when s_k < θ (default 0.5). `drop` (AutoPSV's
+relative change): with s_0 = 1.0 before the first step, step k is flagged when
+(s_k - s_{k-1}) / s_{k-1} < δ (default -0.5: the score fell to less than half of the previous
+one); for the first step that is s_1 < 1 + δ. A previous score below 1e-6 is taken as 1e-6.
+
+Paths that cannot be scored (no steps, an empty step, longer than the verifier's context) are
+counted under `skipped` with their reasons; world paths whose steps are right but that never state
+an answer have no earliest error in ProcessBench's sense and are counted under
+`excluded_from_step_metric` (they stay Best-of-N candidates).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reasoning.benchmarks import BENCHMARKS, DatasetError, load_benchmark
+from reward_models.verifier import VerifierInputError, aggregate, validate_paths
+
+RULES = ("threshold", "drop")
+DEFAULT_THRESHOLD = {"threshold": 0.5, "drop": -0.5}
+AGGREGATIONS = ("mean", "min", "prod", "last")
+_EPS = 1e-6
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics.
+
+
+def rule_values(step_scores: Sequence[float], rule: str = "threshold") -> list[float]:
+    """What the rule compares with its threshold, per step: the score, or its relative change."""
+    if rule == "threshold":
+        return [float(s) for s in step_scores]
+    if rule == "drop":
+        out, prev = [], 1.0
+        for s in step_scores:
+            out.append((float(s) - prev) / max(prev, _EPS))
+            prev = float(s)
+        return out
+    raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+
+
+def earliest_error_predictions(
+    scores: Sequence[Sequence[float]], threshold: float | None = None, rule: str = "threshold"
+) -> list[int]:
+    """Per path, the first step the rule flags (value < threshold), or -1 when none is."""
+    if threshold is None:
+        threshold = DEFAULT_THRESHOLD[rule]
+    preds = []
+    for step_scores in scores:
+        values = rule_values(step_scores, rule)
+        preds.append(next((k for k, v in enumerate(values) if v < threshold), -1))
+    return preds
+
+
+def processbench_metrics(pred: Sequence[int], gold: Sequence[int]) -> dict[str, Any]:
+    """ProcessBench: accuracy on erroneous paths (exact index), on correct paths (-1), their F1."""
+    if len(pred) != len(gold):
+        raise ValueError(f"{len(pred)} predictions but {len(gold)} gold labels")
+    err = [(p, g) for p, g in zip(pred, gold) if g >= 0]
+    ok = [(p, g) for p, g in zip(pred, gold) if g < 0]
+    acc_err = sum(p == g for p, g in err) / len(err) if err else None
+    acc_ok = sum(p == -1 for p, _ in ok) / len(ok) if ok else None
+    if acc_err is None or acc_ok is None:
+        f1 = None
+    elif acc_err + acc_ok == 0:
+        f1 = 0.0
+    else:
+        f1 = 2 * acc_err * acc_ok / (acc_err + acc_ok)
+    return {"f1": f1, "acc_erroneous": acc_err, "acc_correct": acc_ok, "n": len(gold),
+            "n_erroneous": len(err), "n_correct": len(ok)}
+
+
+def threshold_grid(scores: Sequence[Sequence[float]], rule: str = "threshold", points: int = 101) -> list[float]:
+    """Candidate thresholds: the rule's values at `points` quantiles, the default, and one above the
+    largest value (flag every path at its first step)."""
+    import numpy as np
+
+    values = np.array([v for s in scores for v in rule_values(s, rule)], dtype=float)
+    grid = {DEFAULT_THRESHOLD[rule]}
+    if values.size:
+        grid.update(np.quantile(values, np.linspace(0, 1, points), method="lower").tolist())
+        grid.add(float(np.nextafter(values.max(), math.inf)))
+    return sorted(grid)
+
+
+def calibrate_threshold(
+    scores: Sequence[Sequence[float]], gold: Sequence[int], grid: Sequence[float] | None = None,
+    rule: str = "threshold",
+) -> float:
+    """The threshold that maximises ProcessBench F1 on (dev) paths; ties go to the one nearest the
+    rule's default. The candidates are `grid`, else `threshold_grid(scores, rule)`."""
+    if len(scores) != len(gold):
+        raise ValueError(f"{len(scores)} scored paths but {len(gold)} gold labels")
+    if not any(g >= 0 for g in gold) or not any(g < 0 for g in gold):
+        raise ValueError("calibration needs both erroneous and correct paths (F1 is undefined otherwise)")
+    candidates = list(grid) if grid is not None else threshold_grid(scores, rule)
+    default = DEFAULT_THRESHOLD[rule]
+    best, best_key = None, None
+    for t in candidates:
+        f1 = processbench_metrics(earliest_error_predictions(scores, t, rule), gold)["f1"]
+        key = (f1, -abs(t - default))
+        if best_key is None or key > best_key:
+            best, best_key = float(t), key
+    return best
+
+
+def best_of_n_accuracy(
+    groups: Sequence[Sequence[tuple[Sequence[float] | None, bool]]], how: str | Sequence[str] = AGGREGATIONS
+) -> dict[str, Any]:
+    """Best-of-N: per problem, pick the path whose `aggregate(scores, how)` is highest.
+
+    `groups` holds, per problem, (step scores, final answer correct) for its N paths; scores None
+    for a path the verifier could not score (never picked). Ties count as a uniformly random pick
+    among the tied paths (expected accuracy). Returns the accuracy per aggregation, `oracle`
+    (pass@N: some path is correct) and `random` (the expected accuracy of a random pick).
+    """
+    hows = [how] if isinstance(how, str) else list(how)
+    if not groups:
+        raise ValueError("no groups")
+    out: dict[str, Any] = {"groups": len(groups), "n": max(len(g) for g in groups)}
+    for h in hows:
+        total = 0.0
+        for group in groups:
+            scored = [(aggregate(s, h), ok) for s, ok in group if s]
+            if not scored:
+                continue
+            top = max(a for a, _ in scored)
+            tied = [ok for a, ok in scored if a >= top - 1e-12]
+            total += sum(tied) / len(tied)
+        out[h] = total / len(groups)
+    out["oracle"] = sum(any(ok for _, ok in g) for g in groups) / len(groups)
+    out["random"] = sum(sum(ok for _, ok in g) / len(g) for g in groups if g) / len(groups)
+    out["unscored_groups"] = sum(not any(s for s, _ in g) for g in groups)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Data.
+
+
+@dataclass
+class PathItem:
+    """One path to score: its question, steps and exact earliest error."""
+
+    id: str
+    problem_id: str
+    question: str
+    steps: list
+    gold: int
+    """Index of the earliest wrong step; -1 for a right path; len(steps) for a world path with no answer."""
+    is_correct: bool | None = None
+    """Whether the final answer is right (sampled world paths)."""
+    excluded: str | None = None
+    """Why the step metric leaves this path out (a world path that never states an answer)."""
+
+
+@dataclass
+class EvalSet:
+    name: str
+    kind: str
+    """processbench, stepwise or world."""
+    items: list[PathItem]
+    world_rows: list[dict] = field(default_factory=list)
+
+
+def read_jsonl(path: str) -> tuple[list[Any], list[int]]:
+    """(rows, 1-based line numbers) of a JSONL file; bad JSON raises DatasetError naming file and line."""
+    rows, lines = [], []
+    with open(path, encoding="utf-8-sig") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise DatasetError(f"{path}:{lineno}: invalid JSON ({err.msg} at column {err.colno})") from None
+            lines.append(lineno)
+    return rows, lines
+
+
+def row_kind(row: Any, where: str) -> str:
+    if not isinstance(row, dict):
+        raise DatasetError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    if "completions" in row:
+        return "stepwise"
+    if "steps" in row and "label" in row:
+        return "processbench"
+    if "world" in row:
+        return "world"
+    raise DatasetError(
+        f"{where}: not a ProcessBench row (question, steps, label), a stepwise row (prompt, completions, "
+        "earliest_error or exact_labels) or a world row (world)"
+    )
+
+
+def _int_label(value: Any, where: str, name: str, n_steps: int, allow_end: bool = False) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DatasetError(f"{where}: {name} must be an integer, got {value!r}")
+    top = n_steps if allow_end else n_steps - 1
+    if not -1 <= value <= top:
+        raise DatasetError(f"{where}: {name} = {value} is outside [-1, {top}] for {n_steps} steps")
+    return value
+
+
+def item_from_row(row: dict, kind: str, index: int, where: str) -> PathItem:
+    """A PathItem from a ProcessBench or stepwise row."""
+    rid = str(row.get("id", index))
+    if kind == "processbench":
+        question, steps = row.get("question", row.get("problem")), row["steps"]
+        if not isinstance(steps, list):
+            raise DatasetError(f"{where}: steps must be a list of strings")
+        gold = _int_label(row["label"], where, "label", len(steps)) if steps else -1
+    else:
+        question, steps = row.get("prompt"), row["completions"]
+        if not isinstance(steps, list):
+            raise DatasetError(f"{where}: completions must be a list of strings")
+        if "earliest_error" in row:
+            gold = _int_label(row["earliest_error"], where, "earliest_error", len(steps), allow_end=True)
+        elif "exact_labels" in row:
+            labels = row["exact_labels"]
+            if not isinstance(labels, list) or len(labels) != len(steps):
+                raise DatasetError(f"{where}: exact_labels must be a list with one number per step")
+            if not all(isinstance(y, (int, float)) for y in labels):
+                raise DatasetError(f"{where}: exact_labels must be numbers")
+            gold = next((k for k, y in enumerate(labels) if y < 0.5), -1)
+            if gold == -1 and row.get("answer_correct") is False:
+                gold = len(steps)  # every step right, yet no right answer: the path never states one
+        else:
+            raise DatasetError(f"{where}: a stepwise row needs its exact earliest error (earliest_error or exact_labels)")
+    if not isinstance(question, str):
+        raise DatasetError(f"{where}: the question must be a string")
+    item = PathItem(rid, rid, question, steps, gold)
+    if steps and gold == len(steps):
+        item.excluded = "missing_answer"
+    return item
+
+
+def _world_config_for(policy: str | None):
+    from reasoning.world import WorldConfig
+
+    if policy and (Path(policy) / "world_config.json").exists():
+        values = json.loads((Path(policy) / "world_config.json").read_text())
+        return WorldConfig(**{k: (tuple(v) if k == "ops" else v) for k, v in values.items()})
+    return WorldConfig()
+
+
+def sample_world_paths(generator, rows: Sequence[dict], samples: int, params) -> list[PathItem]:
+    """`samples` paths per world problem from the policy, labelled exactly by the world's checker."""
+    from reasoning.grading import grade
+    from reasoning.prompts import solve_prompt
+    from reasoning.steps import split_steps
+    from reasoning.world import earliest_error, row_to_problem
+
+    outputs = generator.generate([solve_prompt(r["question"]) for r in rows], params)
+    items = []
+    for row, completions in zip(rows, outputs):
+        problem = row_to_problem(row)
+        for j, completion in enumerate(completions[:samples]):
+            steps = split_steps(completion.text).steps
+            gold = earliest_error(row, steps)
+            item = PathItem(f"{row['id']}#s{j}", row["id"], row["question"], steps, gold,
+                            is_correct=grade(completion.text, problem).correct)
+            if steps and gold == len(steps):
+                item.excluded = "missing_answer"
+            items.append(item)
+    return items
+
+
+def load_eval_set(data: str, args: EvalArguments, generator_factory, default_split: str = "test",
+                  limit: int | None = None) -> EvalSet:
+    """The paths of `data` (see the module docstring); world problems are sampled from the policy."""
+    from reasoning.world import generate
+
+    world_rows: list[dict] = []
+    if data == "world" or data.startswith("world:"):
+        split = data.partition(":")[2] or default_split
+        n = limit if limit is not None else args.world_n
+        world_rows = generate(split, n, args.world_seed, _world_config_for(args.policy))
+        kind = "world"
+    else:
+        if data.strip().lower().replace("-", "_") in BENCHMARKS:
+            problems = load_benchmark(data, limit=limit)
+            rows = [{"id": p.id, "question": p.question, **p.meta} for p in problems]
+            source, lines = data, list(range(1, len(rows) + 1))
+        else:
+            if not Path(data).is_file():
+                raise FileNotFoundError(f"no such data file or benchmark name: {data}")
+            rows, lines = read_jsonl(data)
+            if limit is not None:
+                rows, lines = rows[:limit], lines[:limit]
+            source = data
+        if not rows:
+            raise DatasetError(f"{source}: no rows")
+        kinds = [row_kind(r, f"{source}:{ln}") for r, ln in zip(rows, lines)]
+        kind = kinds[0]
+        for k, ln in zip(kinds, lines):
+            if k != kind:
+                raise DatasetError(f"{source}:{ln}: a {k} row in a file of {kind} rows")
+        if kind == "world":
+            world_rows = rows
+        else:
+            items = [item_from_row(r, kind, i, f"{source}:{ln}") for i, (r, ln) in enumerate(zip(rows, lines))]
+            return EvalSet(data, kind, items)
+    from inference.backends.base import SamplingParams
+
+    if not args.policy:
+        raise ValueError(f"{data}: world problems need --policy to sample the paths to evaluate")
+    if args.bon_n > args.samples_per_problem:
+        raise ValueError(f"--bon_n {args.bon_n} needs at least that many --samples_per_problem")
+    params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
+                            n=args.samples_per_problem, seed=args.seed)
+    items = sample_world_paths(generator_factory(), world_rows, args.samples_per_problem, params)
+    return EvalSet(data, "world", items, world_rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scoring with failures counted.
+
+
+def skip_reason(message: str) -> str:
+    """A short reason key for a scoring failure."""
+    text = message.lower()
+    for key, words in (("no_steps", ("zero steps",)), ("empty_step", ("empty",)), ("too_long", ("longer than",)),
+                       ("step_tag", ("step tag",)), ("unknown_question", ("not found",))):
+        if any(w in text for w in words):
+            return key
+    return "error"
+
+
+def score_items(verifier, items: Sequence[PathItem], batch_size: int = 32,
+                progress: bool = False) -> tuple[list[list[float] | None], list[tuple[str, str] | None]]:
+    """Scores per path (None where scoring failed) and the failures as (reason, message). A batch
+    that fails is scored path by path, so one bad path costs only itself."""
+    scores: list[list[float] | None] = [None] * len(items)
+    reasons: list[tuple[str, str] | None] = [None] * len(items)
+    valid = []
+    for i, item in enumerate(items):
+        try:
+            validate_paths([item.question], [item.steps])
+            valid.append(i)
+        except VerifierInputError as err:
+            reasons[i] = (skip_reason(str(err)), str(err))
+    starts = range(0, len(valid), batch_size)
+    if progress:
+        from tqdm.auto import tqdm
+
+        starts = tqdm(starts, desc="scoring", unit="batch")
+    for start in starts:
+        chunk = valid[start : start + batch_size]
+        try:
+            got = verifier.score([items[i].question for i in chunk], [items[i].steps for i in chunk])
+            for i, s in zip(chunk, got):
+                scores[i] = s
+        except (ValueError, KeyError):
+            for i in chunk:
+                try:
+                    scores[i] = verifier.score([items[i].question], [items[i].steps])[0]
+                except (ValueError, KeyError) as err:
+                    reasons[i] = (skip_reason(str(err)), str(err))
+    return scores, reasons
+
+
+def step_metric_inputs(items, scores) -> tuple[list[list[float]], list[int], list[int]]:
+    """(scores, gold, item indices) of the paths the step metric counts."""
+    idx = [i for i, (it, s) in enumerate(zip(items, scores)) if s is not None and it.excluded is None]
+    return [scores[i] for i in idx], [items[i].gold for i in idx], idx
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI.
+
+
+@dataclass
+class EvalArguments:
+    """What to evaluate, on what, and how a step is flagged."""
+
+    verifier: str | None = field(
+        default=None, metadata={"help": "A PSV directory, confidence (needs --policy) or exact (world data)."}
+    )
+    data: str | None = field(
+        default=None,
+        metadata={"help": "ProcessBench file or name, stepwise JSONL with exact labels, world or world:SPLIT, "
+                          "or a world JSONL (world data needs --policy)."},
+    )
+    policy: str | None = field(
+        default=None, metadata={"help": "Policy directory: samples world paths; the confidence verifier reads it."}
+    )
+    threshold: float | None = field(
+        default=None, metadata={"help": "Decision threshold; default 0.5 (threshold rule) or -0.5 (drop rule)."}
+    )
+    calibrate_on: str | None = field(
+        default=None, metadata={"help": "Pick the threshold maximising F1 on this dev data (same kinds as --data)."}
+    )
+    rule: str = field(
+        default="threshold",
+        metadata={"help": "threshold: flag s_k < θ; drop: flag (s_k - s_{k-1}) / s_{k-1} < θ with s_0 = 1.",
+                  "choices": list(RULES)},
+    )
+    limit: int | None = field(default=None, metadata={"help": "First N rows (world: N problems) of --data."})
+    calibrate_limit: int | None = field(
+        default=None, metadata={"help": "First N rows (world: problems) of --calibrate-on; default --limit."}
+    )
+    out: str | None = field(default=None, metadata={"help": "JSONL with one row per path (scores, gold, prediction)."})
+    samples_per_problem: int = field(default=8, metadata={"help": "World: paths sampled per problem."})
+    bon_n: int = field(default=8, metadata={"help": "World: Best-of-N over the first N samples of each problem."})
+    temperature: float = field(default=1.0, metadata={"help": "World: sampling temperature."})
+    top_p: float = field(default=1.0, metadata={"help": "World: nucleus sampling."})
+    max_new_tokens: int = field(default=192, metadata={"help": "World: generation limit per path."})
+    seed: int = field(default=0, metadata={"help": "World: sampling seed."})
+    world_n: int = field(default=100, metadata={"help": "World: problems generated when --data is world."})
+    world_seed: int = field(default=0, metadata={"help": "World: seed of the generated problems."})
+    batch_size: int = field(default=32, metadata={"help": "Paths per verifier forward pass."})
+    gen_batch_size: int = field(default=64, metadata={"help": "Sequences per generation batch."})
+    device: str | None = field(default=None, metadata={"help": "cuda or cpu; default cuda when available."})
+
+    def __post_init__(self) -> None:
+        if self.rule not in RULES:
+            raise ValueError(f"rule must be one of {RULES}, got {self.rule!r}")
+        if self.threshold is not None and self.calibrate_on is not None:
+            raise ValueError("give --threshold or --calibrate-on, not both")
+        if self.bon_n < 1 or self.samples_per_problem < 1:
+            raise ValueError("bon_n and samples_per_problem must be >= 1")
+
+
+def _skipped(reasons: Sequence[tuple[str, str] | None]) -> dict[str, Any]:
+    """Counts per reason, and the first message of each reason (so a systematic failure shows)."""
+    counts = Counter(r[0] for r in reasons if r is not None)
+    examples: dict[str, str] = {}
+    for r in reasons:
+        if r is not None:
+            examples.setdefault(r[0], r[1][:300])
+    return {"total": sum(counts.values()), "reasons": dict(counts.most_common()), "examples": examples}
+
+
+def evaluate(args: EvalArguments) -> dict[str, Any]:
+    """Load, sample (world), score, calibrate, measure; returns the summary and writes `args.out`."""
+    from reward_models.load import load_verifier
+
+    if not args.verifier or not args.data:
+        raise ValueError("--verifier and --data are required")
+    start = time.time()
+    generator = None
+
+    def generator_factory():
+        nonlocal generator
+        if generator is None:
+            from inference.backends.hf import HFGenerator
+
+            generator = HFGenerator.from_pretrained(args.policy, batch_size=args.gen_batch_size, device=args.device)
+        return generator
+
+    test = load_eval_set(args.data, args, generator_factory, "test", args.limit)
+    dev = None
+    if args.calibrate_on:
+        limit = args.calibrate_limit if args.calibrate_limit is not None else args.limit
+        dev = load_eval_set(args.calibrate_on, args, generator_factory, "dev", limit)
+    world_rows = test.world_rows + (dev.world_rows if dev else [])
+    verifier = load_verifier(args.verifier, args.policy, world_rows=world_rows, batch_size=args.batch_size,
+                             device=args.device)
+    result: dict[str, Any] = {"verifier": args.verifier, "data": args.data, "kind": test.kind, "rule": args.rule}
+    threshold = args.threshold if args.threshold is not None else DEFAULT_THRESHOLD[args.rule]
+    if dev is not None:
+        dev_scores, dev_reasons = score_items(verifier, dev.items, args.batch_size)
+        s, g, _ = step_metric_inputs(dev.items, dev_scores)
+        threshold = calibrate_threshold(s, g, rule=args.rule)
+        dev_metrics = processbench_metrics(earliest_error_predictions(s, threshold, args.rule), g)
+        result["calibration"] = {"data": args.calibrate_on, "f1": dev_metrics["f1"], "n": dev_metrics["n"],
+                                 "skipped": _skipped(dev_reasons)}
+    tokens_before = verifier.tokens_used
+    scores, reasons = score_items(verifier, test.items, args.batch_size, progress=True)
+    result["verifier_tokens"] = verifier.tokens_used - tokens_before
+    s, g, idx = step_metric_inputs(test.items, scores)
+    preds = earliest_error_predictions(s, threshold, args.rule)
+    result.update(processbench_metrics(preds, g))
+    result["threshold"] = threshold
+    result["skipped"] = _skipped(reasons)
+    excluded = Counter(it.excluded for it, sc in zip(test.items, scores) if it.excluded and sc is not None)
+    result["excluded_from_step_metric"] = dict(excluded)
+    if test.kind == "world":
+        by_problem: dict[str, list] = {}
+        for item, sc in zip(test.items, scores):
+            group = by_problem.setdefault(item.problem_id, [])
+            if len(group) < args.bon_n:
+                group.append((sc, bool(item.is_correct)))
+        result["paths"] = len(test.items)
+        result["sample_accuracy"] = sum(bool(it.is_correct) for it in test.items) / max(len(test.items), 1)
+        if by_problem:
+            result["best_of_n"] = best_of_n_accuracy(list(by_problem.values()), AGGREGATIONS)
+    result["seconds"] = round(time.time() - start, 2)
+    if args.out:
+        pred_of = dict(zip(idx, preds))
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with out.open("w") as fh:
+            for i, (item, sc, reason) in enumerate(zip(test.items, scores, reasons)):
+                row = {k: v for k, v in asdict(item).items() if k != "question"}
+                row.update(scores=sc, pred=pred_of.get(i), skipped=reason[0] if reason else None)
+                fh.write(json.dumps(row) + "\n")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    from trl import TrlParser
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    try:
+        (args,) = TrlParser((EvalArguments,)).parse_args_and_config(args=argv)
+        result = evaluate(args)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""The shared verifier interface, the exact verifier and the training-free confidence verifier."""
+
+import math
+
+import pytest
+import torch
+
+from reasoning.tokenizer import train_tokenizer
+from reasoning.world import corrupt_steps, generate
+from reward_models.confidence import ConfidenceVerifier, result_span
+from reward_models.exact import ExactVerifier
+from reward_models.verifier import (
+    Verifier,
+    VerifierInputError,
+    aggregate,
+    layout,
+    token_positions,
+    validate_paths,
+)
+from rl.models import build_tiny_causal_lm
+
+
+def test_layout_marks_each_step_end():
+    lay = layout("Q?", ["a b", "c"])
+    assert [lay.text[e - 6 : e + 1] for e in lay.step_end_chars] == ["</Step>", "</Step>"]
+    assert lay.text.endswith("</Step>\n") and "<Step> a b</Step>\n<Step> c</Step>" in lay.text
+
+
+@pytest.mark.parametrize("questions, paths, match", [
+    (["q"], [[]], "zero steps"),
+    (["q"], [["a", "  "]], "step 1 is empty"),
+    (["q", "r"], [["a"]], "2 questions but 1 paths"),
+    (["q"], ["abc"], "one string"),
+    (["q"], [["a </Step> b"]], "tag"),
+])
+def test_validate_paths_names_the_row(questions, paths, match):
+    with pytest.raises(VerifierInputError, match=match):
+        validate_paths(questions, paths)
+
+
+def test_token_positions_with_multi_char_tokens():
+    offsets = [(0, 3), (3, 4), (4, 10), (10, 11)]
+    assert token_positions(offsets, [2, 3, 9, 10]) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("how, value", [("mean", 0.5), ("min", 0.2), ("prod", 0.2 * 0.5 * 0.8), ("last", 0.8)])
+def test_aggregate(how, value):
+    assert math.isclose(aggregate([0.2, 0.5, 0.8], how), value)
+
+
+def test_aggregate_rejects_bad_input():
+    with pytest.raises(ValueError):
+        aggregate([], "mean")
+    with pytest.raises(ValueError):
+        aggregate([0.1], "median")
+
+
+def test_exact_verifier_scores_up_to_the_first_error():
+    import random
+
+    rows = generate("test", 20, seed=0)
+    verifier = ExactVerifier.from_rows(rows)
+    assert isinstance(verifier, Verifier)
+    rng = random.Random(0)
+    bad_steps, at, _ = corrupt_steps(rows[0], rng, at=0)
+    scores = verifier.score([rows[0]["question"], rows[0]["question"]], [rows[0]["steps"], bad_steps])
+    assert scores[0] == [1.0] * len(rows[0]["steps"])
+    assert scores[1] == [0.0] * len(bad_steps)
+    with pytest.raises(KeyError):
+        verifier.score(["unknown question"], [["a"]])
+
+
+@pytest.mark.parametrize("step, result", [("Ben has 7 + 4 = 11 marbles.", "11"),
+                                          ("The answer is <ans>16</ans>.", "16"),
+                                          ("so x = 3 and y = 42", "42"),
+                                          ("no numbers here", "no numbers here")])
+def test_result_span(step, result):
+    s, e = result_span(step)
+    assert step[s:e] == result
+
+
+def test_confidence_verifier_one_pass_matches_manual_probabilities():
+    rows = generate("train", 30, seed=0)
+    tok = train_tokenizer([r["question"] + " ".join(r["steps"]) for r in rows], vocab_size=300)
+    model = build_tiny_causal_lm(tok, hidden_size=32, num_layers=1, num_heads=2).eval()
+    verifier = ConfidenceVerifier(model, tok, batch_size=2)
+    questions = [r["question"] for r in rows[:3]]
+    paths = [r["steps"] for r in rows[:3]]
+    scores = verifier.score(questions, paths)
+    assert [len(s) for s in scores] == [len(p) for p in paths]
+    assert all(0.0 <= x <= 1.0 for s in scores for x in s)
+    assert verifier.tokens_used > 0
+    # The first step's score is the lowest probability of its result tokens, computed by hand.
+    lay = layout(questions[0], paths[0])
+    enc = tok(lay.text, add_special_tokens=False, return_offsets_mapping=True)
+    step = paths[0][0]
+    s, e = result_span(step)
+    start = lay.step_end_chars[0] - len("</Step>") + 1 - len(step)
+    ids = torch.tensor([enc["input_ids"]])
+    with torch.no_grad():
+        probs = torch.softmax(model(input_ids=ids).logits[0].float(), -1)
+    toks = [k for k, (a, b) in enumerate(enc["offset_mapping"]) if a < start + e and b > start + s]
+    expected = min(probs[k - 1, enc["input_ids"][k]].item() for k in toks)
+    assert math.isclose(scores[0][0], expected, rel_tol=1e-4)
+    # Batching does not change scores.
+    single = ConfidenceVerifier(model, tok, batch_size=1).score(questions, paths)
+    assert all(math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-6) for x, y in zip(scores, single) for a, b in zip(x, y))
