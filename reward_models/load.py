@@ -5,7 +5,9 @@ A spec is one of
 - a PSV directory: a full PSV (`psv_config.json`, or a `*ForTokenClassification` config) or a LoRA
   adapter (`adapter_config.json`), as `reward_models.train` saves them;
 - `confidence`: the training-free confidence of the policy given as `policy`;
-- `exact`: the world's exact step checker (world problems only; it is built from their rows).
+- `exact`: the world's exact step checker (world problems only; it is built from their rows);
+- `math-shepherd:PATH`: a Math-Shepherd-style causal-LM PRM (P(+) vs P(-) at a step tag);
+- `token-prm:PATH`: a two-label token-classification PRM read at a separator after each step.
 
 Evaluation, Best-of-N and StepCo all load their verifier here, so a spec means the same everywhere.
 """
@@ -70,6 +72,14 @@ def load_verifier(
         from reward_models.exact import ExactVerifier
 
         return ExactVerifier.from_rows(rows)
+    if spec.startswith("math-shepherd:"):
+        from reward_models.adapters import MathShepherdVerifier
+
+        return MathShepherdVerifier.from_pretrained(spec.split(":", 1)[1], batch_size=batch_size)
+    if spec.startswith("token-prm:"):
+        from reward_models.adapters import TokenClassificationPRMVerifier
+
+        return TokenClassificationPRMVerifier.from_pretrained(spec.split(":", 1)[1], batch_size=batch_size)
     kind = psv_dir_kind(spec)
     if kind in ("lora", "full"):
         from reward_models.psv import PSVVerifier
