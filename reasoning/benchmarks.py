@@ -342,6 +342,31 @@ def _problem_from_row(row: dict[str, Any], answer_kind: KindSpec, where: str) ->
     )
 
 
+
+def iter_jsonl_objects(path: str | Path):
+    """(line number, "file:line", object) for every non-blank line of a JSONL file of objects.
+
+    Raises DatasetError naming the file and line for bytes that are not UTF-8, invalid JSON, or a
+    value that is not an object.
+    """
+    path = Path(path)
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            where = f"{path}:{lineno}"
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise DatasetError(f"{where}: not UTF-8 ({e.reason})") from None
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DatasetError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
+            if not isinstance(row, dict):
+                raise DatasetError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            yield lineno, where, row
+
 def load_jsonl_problems(
     path: str | os.PathLike[str], answer_kind: KindSpec = None, limit: int | None = None
 ) -> list[Problem]:
@@ -357,30 +382,16 @@ def load_jsonl_problems(
     path = Path(path)
     problems: list[Problem] = []
     first_line: dict[str, int] = {}
-    with path.open("rb") as f:
-        for lineno, raw in enumerate(f, start=1):
-            if limit is not None and len(problems) >= limit:
-                break
-            where = f"{path}:{lineno}"
-            try:
-                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
-            except UnicodeDecodeError as e:
-                raise DatasetError(f"{where}: not UTF-8 ({e.reason})") from None
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DatasetError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(row, dict):
-                raise DatasetError(f"{where}: expected a JSON object, got {type(row).__name__}")
-            problem = _problem_from_row(row, answer_kind, where)
-            if problem.id in first_line:
-                raise DatasetError(
-                    f"{where}: duplicate id {problem.id!r} (first on line {first_line[problem.id]})"
-                )
-            first_line[problem.id] = lineno
-            problems.append(problem)
+    for lineno, where, row in iter_jsonl_objects(path):
+        if limit is not None and len(problems) >= limit:
+            break
+        problem = _problem_from_row(row, answer_kind, where)
+        if problem.id in first_line:
+            raise DatasetError(
+                f"{where}: duplicate id {problem.id!r} (first on line {first_line[problem.id]})"
+            )
+        first_line[problem.id] = lineno
+        problems.append(problem)
     return problems
 
 

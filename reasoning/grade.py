@@ -24,7 +24,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from reasoning.benchmarks import DatasetError, load_jsonl_problems, spec_for_filename
+from reasoning.benchmarks import DatasetError, iter_jsonl_objects, load_jsonl_problems, spec_for_filename
 from reasoning.grading import grade
 from reasoning.types import ANSWER_KINDS
 
@@ -37,32 +37,18 @@ def load_predictions(path: str | Path) -> list[tuple[int, str, str | None]]:
     """
     path = Path(path)
     rows: list[tuple[int, str, str | None]] = []
-    with path.open("rb") as f:
-        for lineno, raw in enumerate(f, start=1):
-            where = f"{path}:{lineno}"
-            try:
-                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
-            except UnicodeDecodeError as e:
-                raise DatasetError(f"{where}: not UTF-8 ({e.reason})") from None
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DatasetError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(row, dict):
-                raise DatasetError(f"{where}: expected a JSON object, got {type(row).__name__}")
-            if "id" not in row or "prediction" not in row:
-                missing = [k for k in ("id", "prediction") if k not in row]
-                raise DatasetError(f"{where}: missing field(s) {', '.join(map(repr, missing))}")
-            pid, prediction = row["id"], row["prediction"]
-            if isinstance(pid, bool) or not isinstance(pid, (str, int)):
-                raise DatasetError(f"{where}: 'id' must be a string, got {type(pid).__name__}")
-            if prediction is not None and not isinstance(prediction, str):
-                raise DatasetError(
-                    f"{where}: 'prediction' must be a string or null, got {type(prediction).__name__}"
-                )
-            rows.append((lineno, str(pid), prediction))
+    for lineno, where, row in iter_jsonl_objects(path):
+        if "id" not in row or "prediction" not in row:
+            missing = [k for k in ("id", "prediction") if k not in row]
+            raise DatasetError(f"{where}: missing field(s) {', '.join(map(repr, missing))}")
+        pid, prediction = row["id"], row["prediction"]
+        if isinstance(pid, bool) or not isinstance(pid, (str, int)):
+            raise DatasetError(f"{where}: 'id' must be a string, got {type(pid).__name__}")
+        if prediction is not None and not isinstance(prediction, str):
+            raise DatasetError(
+                f"{where}: 'prediction' must be a string or null, got {type(prediction).__name__}"
+            )
+        rows.append((lineno, str(pid), prediction))
     return rows
 
 

@@ -110,6 +110,10 @@ class WorldConfig:
     """Most distractor sentences (unused relations, other items, irrelevant numbers)."""
     p_together: float = 0.2
     """Probability that the question asks for two people's counts together (one more step)."""
+    n_names: int = len(NAMES)
+    """How many of the world's names problems draw people from (fewer: easier to tell apart)."""
+    n_items: int = len(ITEMS)
+    """How many of the world's item kinds problems draw from."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_steps <= self.max_steps <= 8:
@@ -123,6 +127,8 @@ class WorldConfig:
             raise ValueError(f"unknown ops {sorted(unknown)}; choose from {sorted(OP_SYMBOL)}")
         if not 0 <= self.min_distractors <= self.max_distractors:
             raise ValueError("need 0 <= min_distractors <= max_distractors")
+        if not 4 <= self.n_names <= len(NAMES) or not 1 <= self.n_items <= len(ITEMS):
+            raise ValueError(f"need 4 <= n_names <= {len(NAMES)} and 1 <= n_items <= {len(ITEMS)}")
         for name in ("p_inverse", "p_together"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be a probability, got {getattr(self, name)}")
@@ -184,8 +190,8 @@ class _Builder:
     def __init__(self, rng: random.Random, cfg: WorldConfig):
         self.rng = rng
         self.cfg = cfg
-        self.item = rng.choice(ITEMS)
-        self.names = rng.sample(NAMES, len(NAMES))
+        self.item = rng.choice(ITEMS[: cfg.n_items])
+        self.names = rng.sample(NAMES[: cfg.n_names], cfg.n_names)
         self.quantities: dict[str, Quantity] = {}
         self.latest: dict[str, str] = {}  # person -> key of their current count
         self.sentences: list[str] = []

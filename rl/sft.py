@@ -23,7 +23,7 @@ from reasoning.corpora import TASKS, build_corpus
 from reasoning.world import WorldConfig, generate, row_to_problem
 
 WORLD_FIELDS = ("min_steps", "max_steps", "max_base", "max_delta", "max_factor", "max_value", "p_inverse",
-                "min_distractors", "max_distractors", "p_together")
+                "min_distractors", "max_distractors", "p_together", "n_names", "n_items")
 
 
 @dataclass
@@ -57,6 +57,8 @@ class WorldSFTArguments:
     world_min_distractors: int = field(default=WorldConfig.min_distractors, metadata={"help": "World."})
     world_max_distractors: int = field(default=WorldConfig.max_distractors, metadata={"help": "World."})
     world_p_together: float = field(default=WorldConfig.p_together, metadata={"help": "World."})
+    world_n_names: int = field(default=WorldConfig.n_names, metadata={"help": "World: size of the name pool."})
+    world_n_items: int = field(default=WorldConfig.n_items, metadata={"help": "World: size of the item pool."})
 
     def world_config(self) -> WorldConfig:
         return WorldConfig(**{name: getattr(self, f"world_{name}") for name in WORLD_FIELDS})
