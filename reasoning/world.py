@@ -88,9 +88,9 @@ ERROR_KINDS = ("format", "slip", "wrong_operand", "wrong_operation", "wrong_answ
 class WorldConfig:
     """Difficulty knobs of the arithmetic world. Defaults are the embedded CPU default."""
 
-    min_steps: int = 2
+    min_steps: int = 1
     """Fewest computation steps in a gold solution (the answer step comes on top)."""
-    max_steps: int = 4
+    max_steps: int = 3
     """Most computation steps in a gold solution (2-8)."""
     max_base: int = 10
     """Given counts are drawn from [2, max_base]."""
@@ -106,13 +106,13 @@ class WorldConfig:
     """Probability that a relation is phrased from the other side ('Ava has 3 fewer than Ben')."""
     min_distractors: int = 0
     """Fewest distractor sentences."""
-    max_distractors: int = 2
+    max_distractors: int = 1
     """Most distractor sentences (unused relations, other items, irrelevant numbers)."""
     p_together: float = 0.2
     """Probability that the question asks for two people's counts together (one more step)."""
-    n_names: int = len(NAMES)
+    n_names: int = 10
     """How many of the world's names problems draw people from (fewer: easier to tell apart)."""
-    n_items: int = len(ITEMS)
+    n_items: int = 4
     """How many of the world's item kinds problems draw from."""
 
     def __post_init__(self) -> None:

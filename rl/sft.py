@@ -38,11 +38,11 @@ class WorldSFTArguments:
     num_layers: int = field(default=4, metadata={"help": "Tiny model depth."})
     num_heads: int = field(default=4, metadata={"help": "Tiny model attention heads."})
     vocab_size: int = field(default=1024, metadata={"help": "BPE vocabulary size of the tiny tokenizer."})
-    n_train: int = field(default=20000, metadata={"help": "World training problems."})
+    n_train: int = field(default=40000, metadata={"help": "World training problems."})
     n_eval: int = field(default=500, metadata={"help": "World test problems for the greedy accuracy."})
     world_seed: int = field(default=0, metadata={"help": "Seed of the world's train and test problems."})
     tasks: str = field(
-        default="solve=1.0,explore=0.05,revise=0.1,clarify=0.03,verify=0.03",
+        default="solve=1.0,explore=0.1",
         metadata={"help": f"Corpus mixture, task=weight per problem; tasks: {', '.join(TASKS)}."},
     )
     eval_batch_size: int = field(default=100, metadata={"help": "Batch size of greedy evaluation."})
@@ -92,7 +92,7 @@ class WorldSFTConfig(SFTConfig):
     seed: int = field(default=0, metadata={"help": "Training seed."})
     dataloader_drop_last: bool = field(default=True, metadata={"help": "Drop the ragged last batch."})
     train_sampling_strategy: str = field(
-        default="group_by_length", metadata={"help": "Batches of similar length: less padding on CPU."}
+        default="random", metadata={"help": "random, sequential, group_by_length or batch_rebalance."}
     )
 
 

@@ -48,3 +48,19 @@ def test_cut_at_stop():
     with pytest.raises(ValueError):
         SamplingParams(temperature=-1)
     torch.manual_seed(0)
+
+
+def test_shipped_recipe_is_the_embedded_default():
+    from pathlib import Path
+
+    from trl import TrlParser
+
+    recipe = Path(__file__).resolve().parents[1] / "configs" / "sft" / "tiny_world.yaml"
+    parser = TrlParser((sft.WorldSFTArguments, sft.WorldSFTConfig))
+    from_yaml = parser.parse_args_and_config(args=["--config", str(recipe)])
+    default = parser.parse_args_and_config(args=[])
+    assert from_yaml[0] == default[0]
+    for name in ("learning_rate", "per_device_train_batch_size", "num_train_epochs", "lr_scheduler_type",
+                 "train_sampling_strategy", "seed", "output_dir", "bf16"):
+        assert getattr(from_yaml[1], name) == getattr(default[1], name), name
+    assert default[0].world_config() == sft.WorldConfig()

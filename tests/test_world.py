@@ -138,7 +138,7 @@ def test_bad_config_is_rejected(bad):
 
 
 def test_steps_knob_reaches_eight():
-    rows = w.generate("test", 20, seed=0, config=w.WorldConfig(min_steps=8, max_steps=8))
+    rows = w.generate("test", 20, seed=0, config=w.WorldConfig(min_steps=8, max_steps=8, n_names=20))
     assert all(r["world"]["n_steps"] == 8 for r in rows)
     assert all(w.earliest_error(r, r["steps"]) == -1 for r in rows)
 
