@@ -230,18 +230,16 @@ def _has_digit(s: str) -> bool:
 
 
 def _last_number(text: str) -> str | None:
-    last = None
-    for last in _NUMBER_RE.finditer(text):
-        pass
+    matches = list(_NUMBER_RE.finditer(text))
+    last = matches[-1] if matches else None
     if last is None:
         return None
     return re.sub(r"\s+", "", last.group(0)).replace(",", "")
 
 
 def _last_choice_letter(text: str) -> str | None:
-    paren = None
-    for paren in _CHOICE_PAREN_RE.finditer(text):
-        pass
+    parens = list(_CHOICE_PAREN_RE.finditer(text))
+    paren = parens[-1] if parens else None
     if paren is not None:
         return paren.group(1)
     for m in reversed(list(_CHOICE_STANDALONE_RE.finditer(text))):
