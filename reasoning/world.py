@@ -400,6 +400,15 @@ def split_of(question: str) -> str:
     return next(name for name, buckets in SPLIT_BUCKETS.items() if bucket in buckets)
 
 
+def world_config_of(policy_dir: str | Path | None) -> WorldConfig:
+    """The world a policy was trained on (`world_config.json` that `rl.sft` saves), else the default."""
+    saved = Path(policy_dir) / "world_config.json" if policy_dir else None
+    if saved is None or not saved.exists():
+        return WorldConfig()
+    values = json.loads(saved.read_text())
+    return WorldConfig(**{k: (tuple(v) if k == "ops" else v) for k, v in values.items()})
+
+
 def generate(split: str, n: int, seed: int = 0, config: WorldConfig | None = None) -> list[dict[str, Any]]:
     """`n` distinct problems of `split` (train / dev / test) as rows of the benchmark schema."""
     if split not in SPLIT_BUCKETS:

@@ -77,7 +77,7 @@ from reasoning.grading import grade
 from reasoning.prompts import explore_prompt, solve_prompt
 from reasoning.steps import CLOSE_TAG, prefix_text, split_steps
 from reasoning.types import Problem
-from reasoning.world import WorldConfig, earliest_error, generate, row_to_problem
+from reasoning.world import earliest_error, generate, row_to_problem, world_config_of
 
 __all__ = [
     "METHODS",
@@ -729,11 +729,7 @@ class _LazyHFGenerator:
 def load_problems(cfg: AnnotateConfig) -> list[Problem]:
     """The problems to annotate: world problems (with the policy's world config if it saved one) or a file."""
     if cfg.data == "world":
-        world = WorldConfig()
-        saved = Path(cfg.policy) / "world_config.json"
-        if saved.exists():
-            world = WorldConfig(**json.loads(saved.read_text()))
-        rows = generate(cfg.split, 100 if cfg.n is None else cfg.n, cfg.seed, world)
+        rows = generate(cfg.split, 100 if cfg.n is None else cfg.n, cfg.seed, world_config_of(cfg.policy))
         return [row_to_problem(r) for r in rows]
     return load_benchmark(cfg.data, limit=cfg.n)
 

@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reasoning.benchmarks import BENCHMARKS, DatasetError, load_benchmark
+from reasoning.benchmarks import BENCHMARKS, DatasetError, iter_jsonl_objects, load_benchmark
 from reward_models.verifier import VerifierInputError, aggregate, validate_paths
 
 RULES = ("threshold", "drop")
@@ -195,17 +195,11 @@ class EvalSet:
 
 
 def read_jsonl(path: str) -> tuple[list[Any], list[int]]:
-    """(rows, 1-based line numbers) of a JSONL file; bad JSON raises DatasetError naming file and line."""
+    """(rows, 1-based line numbers) of a JSONL file of objects; a bad line raises DatasetError naming file and line."""
     rows, lines = [], []
-    with open(path, encoding="utf-8-sig") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise DatasetError(f"{path}:{lineno}: invalid JSON ({err.msg} at column {err.colno})") from None
-            lines.append(lineno)
+    for lineno, _, row in iter_jsonl_objects(path):
+        rows.append(row)
+        lines.append(lineno)
     return rows, lines
 
 
@@ -267,12 +261,9 @@ def item_from_row(row: dict, kind: str, index: int, where: str) -> PathItem:
 
 
 def _world_config_for(policy: str | None):
-    from reasoning.world import WorldConfig
+    from reasoning.world import world_config_of
 
-    if policy and (Path(policy) / "world_config.json").exists():
-        values = json.loads((Path(policy) / "world_config.json").read_text())
-        return WorldConfig(**{k: (tuple(v) if k == "ops" else v) for k, v in values.items()})
-    return WorldConfig()
+    return world_config_of(policy)
 
 
 def sample_world_paths(generator, rows: Sequence[dict], samples: int, params) -> list[PathItem]:

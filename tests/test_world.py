@@ -160,3 +160,13 @@ def test_cli_rejects_bad_knobs(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "reasoning.world", "--n", "5", "--max_steps", "12",
                            "--out", str(tmp_path / "x.jsonl")], capture_output=True, text=True)
     assert proc.returncode == 2 and "max_steps" in proc.stderr
+
+
+def test_world_config_of_reads_what_sft_saves(tmp_path):
+    from dataclasses import asdict
+
+    cfg = w.WorldConfig(max_steps=5, ops=("add", "sub"), n_names=12)
+    (tmp_path / "world_config.json").write_text(json.dumps(asdict(cfg)))
+    assert w.world_config_of(tmp_path) == cfg
+    assert w.world_config_of(tmp_path / "missing") == w.WorldConfig()
+    assert w.world_config_of(None) == w.WorldConfig()
