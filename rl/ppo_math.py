@@ -1,0 +1,357 @@
+r"""All the PPO update math, in one file: advantages, returns, losses, KL. Pure torch, no plumbing.
+
+Shapes: every per-token tensor is ``[B, T]`` over the *response* tokens of ``B`` sequences, with
+``mask`` 1 for real response tokens and 0 for the padding after EOS (float or bool). Padding is
+on the right: an episode ends at its last masked token. Masked means and variances are global
+over the real tokens of the whole batch (token-level averaging, as in TRL / CleanRL).
+
+Notation: ``π`` the policy being updated, ``π_old`` the policy that generated the rollouts,
+``π_ref`` the frozen reference, ``logp = log π(a_t|s_t)`` per token.
+
+KL estimators (Schulman, "Approximating KL divergence"), with ``r = π_ref / π = exp(logp_ref − logp)``,
+all estimating KL(π ‖ π_ref) from samples of π::
+
+    k1 = logp − logp_ref                 unbiased, can be negative, high variance
+    k2 = ½ (logp − logp_ref)²            biased, always ≥ 0, low variance
+    k3 = (r − 1) − log r                 unbiased, always ≥ 0, low variance
+
+Generalized advantage estimation (Schulman et al. 2016), backward over time, with
+``V_{t+1} = 0`` after the last real token (the episode ends there, no bootstrap)::
+
+    δ_t = r_t + γ V_{t+1} − V_t
+    A_t = δ_t + γ λ A_{t+1}             (A_T = 0)
+    R_t = A_t + V_t                     (the critic's regression target)
+
+Discounted return-to-go (critic-free baselines)::
+
+    G_t = r_t + γ G_{t+1}
+
+RLOO baseline (Kool et al. 2019; Ahmadian et al. 2024) for sample ``i`` of a group of ``k`` samples
+of the same prompt::
+
+    b_i = (Σ_{j≠i} s_j) / (k − 1)
+
+PPO clipped surrogate (Schulman et al. 2017), ``ρ_t = exp(logp − logp_old)``, minimised::
+
+    L_pg = mean_t max(−A_t ρ_t, −A_t clip(ρ_t, 1 − ε, 1 + ε))
+
+Clipped value loss, ``c`` the value clip range::
+
+    V^clip_t = V_old,t + clip(V_t − V_old,t, −c, c)
+    L_vf = ½ mean_t max((V_t − R_t)², (V^clip_t − R_t)²)
+
+Adaptive KL coefficient (Ziegler et al. 2019), a proportional controller towards a target KL::
+
+    e = clip(KL / KL_target − 1, −0.2, 0.2)
+    β ← β (1 + e · n_steps / horizon)
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = [
+    "AdaptiveKLController",
+    "FixedKLController",
+    "discounted_returns",
+    "entropy_from_logits",
+    "gae",
+    "is_finite_batch",
+    "leave_one_out_baseline",
+    "logprobs_from_logits",
+    "masked_mean",
+    "masked_var",
+    "masked_whiten",
+    "per_token_kl",
+    "policy_loss",
+    "value_loss",
+]
+
+KL_KINDS = ("k1", "k2", "k3")
+
+
+# ---------------------------------------------------------------------------------------------
+# Masked statistics
+# ---------------------------------------------------------------------------------------------
+
+
+def _as_float_mask(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    if mask.shape != like.shape:
+        raise ValueError(f"mask has shape {tuple(mask.shape)} but the values have shape {tuple(like.shape)}")
+    return mask.to(like.dtype if like.is_floating_point() else torch.float32)
+
+
+def _masked(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """x at real tokens, 0 elsewhere (a NaN or inf in the padding does not leak into sums)."""
+    return torch.where(mask != 0, x, torch.zeros_like(x)) * mask
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean of `x` over the entries where `mask` is set (over all of them, or along `dim`).
+
+    An all-padding row (or batch) has mean 0 rather than NaN.
+    """
+    mask = _as_float_mask(mask, x)
+    total = _masked(x, mask).sum() if dim is None else _masked(x, mask).sum(dim)
+    count = mask.sum() if dim is None else mask.sum(dim)
+    return total / count.clamp(min=1e-8)
+
+
+def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+    """Variance of the masked entries of `x` (global); `unbiased` applies Bessel's n / (n − 1)."""
+    mask = _as_float_mask(mask, x)
+    mean = masked_mean(x, mask)
+    var = masked_mean((x - mean) ** 2, mask)
+    if unbiased:
+        n = mask.sum()
+        if n.item() <= 1:
+            raise ValueError(f"the unbiased variance needs at least 2 masked entries, got {n.item():g}")
+        var = var * n / (n - 1)
+    return var
+
+
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
+    """(x − mean) / std over the masked entries; with `shift_mean=False` the mean is kept.
+
+    The statistics are global over every masked entry of the batch; padded entries come out 0.
+    """
+    mask = _as_float_mask(mask, x)
+    mean = masked_mean(x, mask)
+    var = masked_var(x, mask)
+    whitened = (x - mean) * torch.rsqrt(var + 1e-8)
+    if not shift_mean:
+        whitened = whitened + mean
+    return _masked(whitened, mask)
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-token quantities from logits
+# ---------------------------------------------------------------------------------------------
+
+
+def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[label] per position: [B, T, V] logits and [B, T] labels -> [B, T] float32.
+
+    Computed in float32 as logit[label] − logsumexp(logits), whatever the input dtype; a bf16 or
+    fp16 input is upcast one sequence at a time, so memory grows by one [T, V] float32 slice only.
+    """
+    if logits.shape[:-1] != labels.shape:
+        raise ValueError(f"logits {tuple(logits.shape)} and labels {tuple(labels.shape)} do not match")
+    labels = labels.long().unsqueeze(-1)
+    if logits.dtype == torch.float32 or logits.dtype == torch.float64:
+        picked = logits.gather(-1, labels).squeeze(-1)
+        return (picked - torch.logsumexp(logits, dim=-1)).float()
+    rows = []
+    for row_logits, row_labels in zip(logits, labels):
+        row_logits = row_logits.float()
+        picked = row_logits.gather(-1, row_labels).squeeze(-1)
+        rows.append(picked - torch.logsumexp(row_logits, dim=-1))
+    return torch.stack(rows)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of softmax(logits) per position: [B, T, V] -> [B, T] float32.
+
+    H = logsumexp(z) − Σ_v softmax(z)_v z_v (stable: no log of a probability).
+    """
+    logits = logits.float()
+    probs = torch.softmax(logits, dim=-1)
+    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
+
+
+def per_token_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = "k1") -> torch.Tensor:
+    """Per-token estimate of KL(π ‖ π_ref) from the sampled tokens' log-probs: [B, T] -> [B, T].
+
+    kind "k1": logp − logp_ref; "k2": ½ (logp − logp_ref)²; "k3": (r − 1) − log r with
+    r = exp(logp_ref − logp). For k3 the log-ratio is clamped to ±20 so exp cannot overflow.
+    """
+    log_ratio = logprobs - ref_logprobs  # log π / π_ref
+    if kind == "k1":
+        return log_ratio
+    if kind == "k2":
+        return 0.5 * log_ratio**2
+    if kind == "k3":
+        log_r = (-log_ratio).clamp(-20.0, 20.0)  # log r = log π_ref / π
+        return (torch.exp(log_r) - 1) - log_r
+    raise ValueError(f"kind must be one of {', '.join(KL_KINDS)}; got {kind!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Advantages and returns
+# ---------------------------------------------------------------------------------------------
+
+
+def gae(
+    rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimation over [B, T] response tokens -> (advantages, returns).
+
+    The recursion runs backward over time. Values (and rewards) at padded positions count as 0,
+    so V_{t+1} = 0 after the last real token: the episode ends there, nothing is bootstrapped.
+    Both outputs are 0 at padded positions. (Padding belongs on the right; a 0 inside a row would
+    cut the episode there.)
+    """
+    mask = _as_float_mask(mask, values)
+    rewards = _masked(rewards.to(values.dtype), mask)
+    values = _masked(values, mask)
+    batch, steps = values.shape
+    advantages = torch.zeros_like(values)
+    next_value = torch.zeros(batch, dtype=values.dtype, device=values.device)  # V_{t+1}
+    next_advantage = torch.zeros(batch, dtype=values.dtype, device=values.device)  # A_{t+1}
+    for t in reversed(range(steps)):
+        delta = rewards[:, t] + gamma * next_value - values[:, t]  # δ_t = r_t + γ V_{t+1} − V_t
+        advantage = delta + gamma * lam * next_advantage  # A_t = δ_t + γ λ A_{t+1}
+        advantage = advantage * mask[:, t]  # padding: no advantage, and nothing flows back from it
+        advantages[:, t] = advantage
+        next_value, next_advantage = values[:, t], advantage
+    returns = (advantages + values) * mask  # R_t = A_t + V_t
+    return advantages, returns
+
+
+def discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Return-to-go per token, G_t = r_t + γ G_{t+1}, over [B, T]; 0 at padded positions."""
+    mask = _as_float_mask(mask, rewards)
+    rewards = _masked(rewards, mask)
+    returns = torch.zeros_like(rewards)
+    next_return = torch.zeros(rewards.shape[0], dtype=rewards.dtype, device=rewards.device)  # G_{t+1}
+    for t in reversed(range(rewards.shape[1])):
+        next_return = (rewards[:, t] + gamma * next_return) * mask[:, t]  # G_t
+        returns[:, t] = next_return
+    return returns
+
+
+def leave_one_out_baseline(scores: torch.Tensor, group_size: int) -> torch.Tensor:
+    """RLOO baseline: for each score, the mean of the *other* scores of its group.
+
+    `scores` is [N] with N = prompts × group_size, the samples of one prompt contiguous:
+    [p0s0, p0s1, ..., p1s0, ...]. Returns [N].
+    """
+    scores = torch.as_tensor(scores)
+    if not scores.is_floating_point():
+        scores = scores.float()
+    if group_size < 2:
+        raise ValueError(f"a leave-one-out baseline needs group_size >= 2, got {group_size}")
+    if scores.dim() != 1 or scores.numel() % group_size != 0:
+        raise ValueError(
+            f"scores must be 1-D with a length divisible by group_size={group_size}; got shape {tuple(scores.shape)}"
+        )
+    groups = scores.view(-1, group_size)
+    others = groups.sum(dim=1, keepdim=True) - groups  # Σ_{j≠i} s_j
+    return (others / (group_size - 1)).reshape(-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Losses
+# ---------------------------------------------------------------------------------------------
+
+
+def policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_range: float,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO clipped surrogate loss (to minimise), a masked mean over tokens, and its statistics.
+
+    stats (detached 0-dim tensors): `clipfrac`, the fraction of tokens where the clipped term is
+    the one taken; `approx_kl`, mean ½ (logp − logp_old)²; `ratio_mean`, mean ρ.
+    """
+    mask = _as_float_mask(mask, logprobs)
+    log_ratio = logprobs - old_logprobs
+    ratio = torch.exp(log_ratio)  # ρ_t
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_range, 1.0 + clip_range)
+    loss = masked_mean(torch.max(unclipped, clipped), mask)
+    with torch.no_grad():
+        stats = {
+            "clipfrac": masked_mean((clipped > unclipped).float(), mask),
+            "approx_kl": masked_mean(0.5 * log_ratio**2, mask),
+            "ratio_mean": masked_mean(ratio, mask),
+        }
+    return loss, stats
+
+
+def value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    clip_range_value: float | None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Clipped value loss ½ max((V − R)², (V_clip − R)²), a masked mean; None turns clipping off.
+
+    stats (detached 0-dim tensor): `vf_clipfrac`, the fraction of tokens where the clipped error
+    is the larger one.
+    """
+    mask = _as_float_mask(mask, values)
+    unclipped_error = (values - returns) ** 2
+    if clip_range_value is None:
+        loss = 0.5 * masked_mean(unclipped_error, mask)
+        return loss, {"vf_clipfrac": torch.zeros((), device=values.device)}
+    values_clipped = old_values + torch.clamp(values - old_values, -clip_range_value, clip_range_value)
+    clipped_error = (values_clipped - returns) ** 2
+    loss = 0.5 * masked_mean(torch.max(unclipped_error, clipped_error), mask)
+    with torch.no_grad():
+        stats = {"vf_clipfrac": masked_mean((clipped_error > unclipped_error).float(), mask)}
+    return loss, stats
+
+
+# ---------------------------------------------------------------------------------------------
+# KL coefficient controllers
+# ---------------------------------------------------------------------------------------------
+
+
+class AdaptiveKLController:
+    """Ziegler et al. (2019): move the KL coefficient so the measured KL approaches `target`.
+
+    e = clip(KL / target − 1, −0.2, 0.2); β ← β (1 + e · n_steps / horizon).
+    """
+
+    def __init__(self, init_kl_coef: float, target: float, horizon: float):
+        if target <= 0 or horizon <= 0:
+            raise ValueError(f"target and horizon must be > 0, got target={target}, horizon={horizon}")
+        self.value = float(init_kl_coef)
+        self.target = float(target)
+        self.horizon = float(horizon)
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        error = min(max(float(current_kl) / self.target - 1.0, -0.2), 0.2)
+        self.value *= 1.0 + error * n_steps / self.horizon
+
+    def state_dict(self) -> dict[str, float]:
+        return {"value": self.value}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.value = float(state["value"])
+
+
+class FixedKLController:
+    """A constant KL coefficient, with the same interface as `AdaptiveKLController`."""
+
+    def __init__(self, kl_coef: float):
+        self.value = float(kl_coef)
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        pass
+
+    def state_dict(self) -> dict[str, float]:
+        return {"value": self.value}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.value = float(state["value"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks
+# ---------------------------------------------------------------------------------------------
+
+
+def is_finite_batch(*tensors: torch.Tensor | float | None) -> bool:
+    """True when every given tensor (or number) is free of NaN and inf; None arguments are skipped."""
+    for t in tensors:
+        if t is None:
+            continue
+        if not bool(torch.isfinite(torch.as_tensor(t)).all()):
+            return False
+    return True

@@ -1,0 +1,292 @@
+"""PPO math against numbers worked out by hand (in the comments), plus a brute-force GAE check."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rl.ppo_math import (
+    AdaptiveKLController,
+    FixedKLController,
+    discounted_returns,
+    entropy_from_logits,
+    gae,
+    is_finite_batch,
+    leave_one_out_baseline,
+    logprobs_from_logits,
+    masked_mean,
+    masked_var,
+    masked_whiten,
+    per_token_kl,
+    policy_loss,
+    value_loss,
+)
+
+
+def close(actual: torch.Tensor, expected, tol: float = 1e-5) -> None:
+    expected = torch.as_tensor(expected, dtype=torch.float64)
+    assert torch.allclose(actual.double(), expected, atol=tol, rtol=0), (
+        f"{actual.tolist()} != {expected.tolist()}"
+    )
+
+
+# --- masked statistics ----------------------------------------------------------------------------
+
+X = torch.tensor([[1.0, 3.0, 999.0], [5.0, 7.0, -999.0]])
+M = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
+
+
+def test_masked_mean_and_var_ignore_padding():
+    # masked entries 1, 3, 5, 7: mean 4; squared deviations 9 + 1 + 1 + 9 = 20
+    close(masked_mean(X, M), 4.0)
+    close(masked_mean(X, M, dim=1), [2.0, 6.0])
+    close(masked_var(X, M, unbiased=False), 20 / 4)
+    close(masked_var(X, M), 20 / 3)
+    close(masked_mean(X, M.bool()), 4.0)  # a bool mask works the same
+
+
+def test_masked_mean_of_nothing_is_zero_and_nan_padding_does_not_leak():
+    close(masked_mean(X, torch.zeros_like(M)), 0.0)
+    x = torch.tensor([[2.0, float("nan")], [4.0, float("inf")]])
+    close(masked_mean(x, torch.tensor([[1.0, 0.0], [1.0, 0.0]])), 3.0)
+
+
+def test_masked_var_needs_two_entries():
+    with pytest.raises(ValueError, match="at least 2"):
+        masked_var(X, torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]]))
+
+
+def test_whitening_uses_masked_entries_only():
+    # std = sqrt(20 / 3) = 2.581989; (1 - 4) / std = -1.161895, (3 - 4) / std = -0.387298
+    w = masked_whiten(X, M)
+    close(w, [[-1.161895, -0.387298, 0.0], [0.387298, 1.161895, 0.0]])
+    # the mean is kept: +4 on the masked entries, padding still 0
+    close(masked_whiten(X, M, shift_mean=False), [[2.838105, 3.612702, 0.0], [4.387298, 5.161895, 0.0]])
+    with pytest.raises(ValueError, match="shape"):
+        masked_whiten(X, M[:, :2])
+
+
+# --- KL estimators --------------------------------------------------------------------------------
+
+
+def test_kl_estimators_by_hand():
+    logp = torch.log(torch.tensor([[0.5, 0.25, 0.3]]))
+    ref = torch.log(torch.tensor([[0.25, 0.5, 0.3]]))
+    ln2 = math.log(2)  # 0.693147
+    # k1 = logp - ref: ln 2, -ln 2, 0
+    close(per_token_kl(logp, ref, "k1"), [[ln2, -ln2, 0.0]])
+    # k2 = ½ (ln 2)² = 0.240227 for both signs
+    close(per_token_kl(logp, ref, "k2"), [[0.240227, 0.240227, 0.0]])
+    # k3: r = ref/π = 0.5 -> (0.5 - 1) - ln 0.5 = 0.193147;  r = 2 -> (2 - 1) - ln 2 = 0.306853
+    close(per_token_kl(logp, ref, "k3"), [[0.193147, 0.306853, 0.0]])
+    assert per_token_kl(logp, ref).shape == (1, 3)
+    with pytest.raises(ValueError, match="k1, k2, k3"):
+        per_token_kl(logp, ref, "k4")
+
+
+def test_k3_does_not_overflow():
+    out = per_token_kl(torch.tensor([[-200.0]]), torch.tensor([[0.0]]), "k3")
+    assert torch.isfinite(out).all()
+
+
+# --- GAE and returns ------------------------------------------------------------------------------
+
+
+def test_gae_three_token_episode_with_one_padded_position():
+    rewards = torch.tensor([[0.0, 0.0, 1.0, 5.0]])  # the 5 sits in the padding and is ignored
+    values = torch.tensor([[0.5, 0.6, 0.7, 9.0]])  # so is the 9: V_3 counts as 0
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    # γ = 0.9, λ = 0.8, γλ = 0.72
+    # t=2: δ = 1 + 0.9*0   - 0.7 = 0.3                      A = 0.3
+    # t=1: δ = 0 + 0.9*0.7 - 0.6 = 0.03   A = 0.03 + 0.72*0.3   = 0.246
+    # t=0: δ = 0 + 0.9*0.6 - 0.5 = 0.04   A = 0.04 + 0.72*0.246 = 0.21712
+    adv, ret = gae(rewards, values, mask, gamma=0.9, lam=0.8)
+    close(adv, [[0.21712, 0.246, 0.3, 0.0]])
+    # returns = A + V: 0.71712, 0.846, 1.0; 0 at the padding
+    close(ret, [[0.71712, 0.846, 1.0, 0.0]])
+    adv_bool, _ = gae(rewards, values, mask.bool(), gamma=0.9, lam=0.8)
+    close(adv_bool, adv)
+
+
+def test_gae_with_step_rewards_and_a_full_row():
+    # two rows; the second has no padding. γ = 1, λ = 0.5
+    rewards = torch.tensor([[0.2, -0.1], [0.0, 1.0]])
+    values = torch.tensor([[0.0, 0.0], [0.4, 0.8]])
+    mask = torch.ones(2, 2)
+    # row 0: t=1 δ = -0.1, A = -0.1;  t=0 δ = 0.2 + 0 - 0 = 0.2, A = 0.2 + 0.5*(-0.1) = 0.15
+    # row 1: t=1 δ = 1 - 0.8 = 0.2, A = 0.2;  t=0 δ = 0 + 0.8 - 0.4 = 0.4, A = 0.4 + 0.5*0.2 = 0.5
+    adv, ret = gae(rewards, values, mask, gamma=1.0, lam=0.5)
+    close(adv, [[0.15, -0.1], [0.5, 0.2]])
+    close(ret, [[0.15, -0.1], [0.9, 1.0]])
+
+
+def slow_gae(rewards, values, mask, gamma, lam):
+    """One episode at a time, A_t as the explicit sum Σ_l (γλ)^l δ_{t+l} (no recursion)."""
+    adv = torch.zeros_like(values, dtype=torch.float64)
+    for b in range(rewards.shape[0]):
+        length = int(mask[b].sum())  # right padding: the first `length` tokens are real
+        r = rewards[b, :length].double().tolist()
+        v = values[b, :length].double().tolist() + [0.0]
+        deltas = [r[t] + gamma * v[t + 1] - v[t] for t in range(length)]
+        for t in range(length):
+            adv[b, t] = sum((gamma * lam) ** k * deltas[t + k] for k in range(length - t))
+    ret = (adv + values.double()) * mask.double()
+    return adv, ret
+
+
+def test_gae_matches_a_slow_per_episode_loop():
+    gen = torch.Generator().manual_seed(0)
+    for gamma, lam in [(1.0, 1.0), (0.9, 0.8), (0.99, 0.95), (0.5, 0.0)]:
+        batch, steps = 6, 9
+        lengths = torch.tensor([0, 1, 3, 9, 5, 8])
+        mask = (torch.arange(steps)[None, :] < lengths[:, None]).float()
+        rewards = torch.randn(batch, steps, generator=gen, dtype=torch.float64)
+        values = torch.randn(batch, steps, generator=gen, dtype=torch.float64)
+        adv, ret = gae(rewards, values, mask, gamma, lam)
+        slow_adv, slow_ret = slow_gae(rewards, values, mask, gamma, lam)
+        assert torch.allclose(adv, slow_adv, atol=1e-10)
+        assert torch.allclose(ret, slow_ret, atol=1e-10)
+
+
+def test_discounted_returns_by_hand():
+    rewards = torch.tensor([[0.1, 0.0, 1.0, 7.0]])
+    mask = torch.tensor([[1, 1, 1, 0]], dtype=torch.bool)
+    # γ = 0.9: G2 = 1, G1 = 0.9, G0 = 0.1 + 0.81 = 0.91; the 7 in the padding is ignored
+    close(discounted_returns(rewards, mask, 0.9), [[0.91, 0.9, 1.0, 0.0]])
+
+
+def test_gae_with_lambda_one_and_no_critic_is_the_return_to_go():
+    gen = torch.Generator().manual_seed(1)
+    rewards = torch.randn(3, 5, generator=gen)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 0, 0, 0, 0]]).float()
+    adv, _ = gae(rewards, torch.zeros(3, 5), mask, gamma=0.95, lam=1.0)
+    close(adv, discounted_returns(rewards, mask, 0.95))
+
+
+def test_leave_one_out_baseline_by_hand():
+    scores = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0])
+    # group 0 = (1, 0, 0): others' means (0+0)/2, (1+0)/2, (1+0)/2
+    # group 1 = (1, 1, 0): (1+0)/2, (1+0)/2, (1+1)/2
+    close(leave_one_out_baseline(scores, 3), [0.0, 0.5, 0.5, 0.5, 0.5, 1.0])
+    close(leave_one_out_baseline([3, 5], 2), [5.0, 3.0])  # a list of ints is fine
+    with pytest.raises(ValueError, match="group_size >= 2"):
+        leave_one_out_baseline(scores, 1)
+    with pytest.raises(ValueError, match="divisible"):
+        leave_one_out_baseline(scores, 4)
+
+
+# --- losses ---------------------------------------------------------------------------------------
+
+
+def test_policy_loss_with_and_without_clipping():
+    clip = 0.2
+    # four real tokens in two rows, the padding holds wild (finite) numbers
+    # token  ratio  A    -A·ρ    -A·clip(ρ)        max    clipped?
+    #   a    1.5   +1   -1.5    -1.2              -1.2   yes
+    #   b    1.5   -1   +1.5    +1.2              +1.5   no
+    #   c    0.5   -2   +1.0    +1.6 (ρ -> 0.8)   +1.6   yes
+    #   d    1.1   +2   -2.2    -2.2              -2.2   no (inside the range)
+    # loss = (-1.2 + 1.5 + 1.6 - 2.2) / 4 = -0.075;  clipfrac = 2/4;  ratio_mean = 4.6/4 = 1.15
+    ratios = torch.tensor([[1.5, 1.5, 0.5], [1.1, 1.0, 1.0]])
+    old = torch.tensor([[-1.0, -2.0, -0.5], [-3.0, -30.0, 0.0]])
+    new = old + torch.log(ratios)
+    new[1, 1] = 30.0  # ρ = e^60 in the padding
+    adv = torch.tensor([[1.0, -1.0, -2.0], [2.0, -100.0, 100.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    new.requires_grad_(True)
+    loss, stats = policy_loss(new, old, adv, mask, clip)
+    close(loss.detach(), -0.075)
+    close(stats["clipfrac"], 0.5)
+    close(stats["ratio_mean"], 1.15)
+    # approx_kl = mean ½ (log ρ)² = ½ (2·ln²1.5 + ln²0.5 + ln²1.1) / 4 = 0.102293
+    expected_kl = 0.5 * (2 * math.log(1.5) ** 2 + math.log(0.5) ** 2 + math.log(1.1) ** 2) / 4
+    close(stats["approx_kl"], expected_kl)
+    assert abs(expected_kl - 0.102293) < 1e-6
+    loss.backward()
+    # clipped tokens and the padding get no gradient; unclipped ones get -A·ρ / 4
+    close(new.grad, [[0.0, 1.5 / 4, 0.0], [-2.2 / 4, 0.0, 0.0]])
+
+
+def test_value_loss_with_and_without_clipping():
+    # c = 0.2, R = 1 everywhere
+    # token  V    V_old  (V-R)²  V_clip            (V_clip-R)²  max    clipped wins?
+    #   a    1.0  0.5    0       0.5+0.2 = 0.7     0.09         0.09   yes
+    #   b    0.6  0.5    0.16    0.6 (in range)    0.16         0.16   no
+    #   c    0.0  0.5    1.0     0.5-0.2 = 0.3     0.49         1.0    no
+    # loss = ½ (0.09 + 0.16 + 1.0) / 3 = 0.208333;  vf_clipfrac = 1/3
+    values = torch.tensor([[1.0, 0.6, 0.0, 42.0]])
+    old = torch.tensor([[0.5, 0.5, 0.5, 0.0]])
+    returns = torch.tensor([[1.0, 1.0, 1.0, -42.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    loss, stats = value_loss(values, old, returns, mask, 0.2)
+    close(loss, 0.5 * 1.25 / 3)
+    close(stats["vf_clipfrac"], 1 / 3)
+    # no clipping: ½ (0 + 0.16 + 1.0) / 3 = 0.193333
+    loss, stats = value_loss(values, old, returns, mask, None)
+    close(loss, 0.5 * 1.16 / 3)
+    close(stats["vf_clipfrac"], 0.0)
+
+
+# --- logits ---------------------------------------------------------------------------------------
+
+
+def test_entropy_by_hand():
+    logits = torch.tensor([[[0.0, 0.0, 0.0, 0.0], [0.0, math.log(3), -1e4, -1e4]]])
+    # uniform over 4: ln 4 = 1.386294; probs (1/4, 3/4): 0.25·ln 4 + 0.75·ln(4/3) = 0.562335
+    close(entropy_from_logits(logits), [[math.log(4), 0.562335]])
+
+
+def test_logprobs_by_hand_and_in_bf16():
+    logits = torch.tensor([[[0.0, 0.0, math.log(2)], [0.0, 0.0, math.log(2)]]])
+    labels = torch.tensor([[2, 0]])
+    # probs (1/4, 1/4, 1/2)
+    out = logprobs_from_logits(logits, labels)
+    assert out.dtype == torch.float32 and out.shape == (1, 2)
+    close(out, [[math.log(0.5), math.log(0.25)]])
+    gen = torch.Generator().manual_seed(0)
+    big = torch.randn(2, 5, 50, generator=gen) * 30  # large logits: naive softmax would overflow
+    labels = torch.randint(0, 50, (2, 5), generator=gen)
+    reference = torch.log_softmax(big.double(), -1).gather(-1, labels[..., None])[..., 0]
+    close(logprobs_from_logits(big, labels), reference, tol=1e-4)
+    half = big.to(torch.bfloat16)
+    out = logprobs_from_logits(half, labels)
+    assert out.dtype == torch.float32
+    reference = torch.log_softmax(half.double(), -1).gather(-1, labels[..., None])[..., 0]
+    close(out, reference, tol=1e-4)  # exact on the bf16 values, computed in float32
+    with pytest.raises(ValueError, match="do not match"):
+        logprobs_from_logits(big, labels[:, :3])
+
+
+# --- KL controllers and checks --------------------------------------------------------------------
+
+
+def test_adaptive_kl_controller_one_step():
+    ctl = AdaptiveKLController(init_kl_coef=0.1, target=6.0, horizon=10000)
+    # KL 6.6: error = 6.6/6 - 1 = 0.1 (inside ±0.2); β = 0.1 · (1 + 0.1 · 1000/10000) = 0.101
+    ctl.update(6.6, n_steps=1000)
+    assert ctl.value == pytest.approx(0.101)
+    # KL 18: error 2 clipped to 0.2; β = 0.101 · (1 + 0.2 · 256/10000) = 0.101 · 1.00512 = 0.10151712
+    ctl.update(18.0, n_steps=256)
+    assert ctl.value == pytest.approx(0.10151712)
+    # KL 0: error -1 clipped to -0.2; β · (1 - 0.00512)
+    ctl.update(0.0, n_steps=256)
+    assert ctl.value == pytest.approx(0.10151712 * 0.99488)
+    restored = AdaptiveKLController(0.5, 6.0, 10000)
+    restored.load_state_dict(ctl.state_dict())
+    assert restored.value == ctl.value
+
+
+def test_fixed_kl_controller_never_moves():
+    ctl = FixedKLController(0.05)
+    ctl.update(100.0, n_steps=1000)
+    assert ctl.value == 0.05
+
+
+def test_is_finite_batch():
+    ok = torch.ones(2, 3)
+    assert is_finite_batch(ok, torch.zeros(4), 1.0, None)
+    assert not is_finite_batch(ok, torch.tensor([1.0, float("nan")]))
+    assert not is_finite_batch(torch.tensor([float("-inf")]))
+    assert is_finite_batch()
