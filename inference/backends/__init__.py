@@ -1,1 +1,10 @@
-"""Generator backends (transformers, vLLM, OpenAI-compatible). Imports only `reasoning`."""
+"""Generator backends: `hf` (transformers), `vllm` (vLLM's offline engine), `openai` (any
+OpenAI-compatible server; `python -m inference.backends.serve` is one). Imports only `reasoning`.
+
+`make_generator(kind, model, **opts)` builds any of them; the backends themselves are imported
+only when used, so importing this package stays light.
+"""
+
+from inference.backends.factory import GENERATOR_KINDS, make_generator
+
+__all__ = ["GENERATOR_KINDS", "make_generator"]

@@ -1,0 +1,461 @@
+"""A small OpenAI-compatible HTTP server over any `Generator` (standard library only).
+
+    python -m inference.backends.serve --model DIR [--port 8000] [--host 127.0.0.1]
+
+serves a local transformers model (through `HFGenerator`) at `/v1/completions` (plain-text
+completions: `prompt` as a string or a list of strings, `max_tokens`, `temperature`, `top_p`, `n`,
+`stop`, `seed`) and `/v1/models`, plus `/health`. On start it prints one JSON line,
+`{"serving": NAME, "url": "http://HOST:PORT/v1", ...}`; `--port 0` picks a free port.
+
+Answers follow the OpenAI format: the matched stop string is dropped from a choice's `text` and
+given in its `stop_reason` (as vLLM does; `None` for EOS), so `OpenAICompatGenerator` restores our
+convention (stop string kept). `usage` carries the generator's own token counts.
+
+Concurrent requests are batched: requests that arrive within `--batch_wait_ms` of each other and
+share their sampling parameters go to the generator as one batch (up to `--max_batch_prompts`
+prompts), so a client's thread pool gets the batched speed of `HFGenerator`. With a `seed`, a
+request's samples therefore depend on which other requests shared its batch.
+
+`--api_key_env NAME` makes the server require `Authorization: Bearer <value of $NAME>`.
+`--fail_first K` (testing) answers the first K completion requests with 503.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import os
+import queue
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from inference.backends.base import Completion, Generator, SamplingParams
+
+logger = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 32 * 1024 * 1024
+DEFAULT_MAX_TOKENS = 16
+"""OpenAI's (and vLLM's) default `max_tokens` for text completions."""
+
+
+class RequestError(Exception):
+    """A request the server refuses: its HTTP status, message and the offending field."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.message, self.param, self.kind = status, message, param, kind
+
+
+# ------------------------------------------------------------------ request and answer
+
+
+def parse_completion_request(body: Any, served_model: str) -> tuple[list[str], SamplingParams]:
+    """The prompts and sampling parameters of a `/v1/completions` body; `RequestError` if it is bad."""
+    if not isinstance(body, dict):
+        raise RequestError(400, "the request body must be a JSON object")
+    model = body.get("model")
+    if model is not None and model != served_model:
+        raise RequestError(404, f"The model `{model}` does not exist; this server serves `{served_model}`.",
+                           "model", "NotFoundError")
+    prompt = body.get("prompt")
+    prompts = [prompt] if isinstance(prompt, str) else prompt
+    if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
+        raise RequestError(400, "prompt must be a string or a non-empty list of strings", "prompt")
+    for name, allowed in (("stream", (None, False)), ("echo", (None, False)), ("logprobs", (None,)),
+                          ("best_of", (None, 1)), ("suffix", (None, ""))):
+        if body.get(name) not in allowed:
+            raise RequestError(400, f"{name}={body.get(name)!r} is not supported by this server", name)
+
+    def number(name: str, default: float, kind: type = float) -> Any:
+        value = body.get(name)
+        if value is None:
+            return default
+        ok = isinstance(value, int) if kind is int else isinstance(value, int | float)
+        if not ok or isinstance(value, bool):
+            raise RequestError(400, f"{name} must be {'an integer' if kind is int else 'a number'}", name)
+        return value
+
+    stop = body.get("stop")
+    stop = [] if stop is None else [stop] if isinstance(stop, str) else stop
+    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
+        raise RequestError(400, "stop must be a non-empty string or a list of them", "stop")
+    seed = body.get("seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise RequestError(400, "seed must be an integer", "seed")
+    values = dict(max_new_tokens=number("max_tokens", DEFAULT_MAX_TOKENS, int),
+                  temperature=float(number("temperature", 1.0)), top_p=float(number("top_p", 1.0)),
+                  n=number("n", 1, int), stop=tuple(stop), seed=seed)
+    try:
+        params = SamplingParams(**values)
+    except ValueError as err:
+        param = {"max_new_tokens": "max_tokens"}.get(str(err).split()[0], str(err).split()[0])
+        raise RequestError(400, str(err).replace("max_new_tokens", "max_tokens"), param) from None
+    return prompts, params
+
+
+def completion_response(prompts: list[str], params: SamplingParams, results: list[list[Completion]],
+                        model: str) -> dict[str, Any]:
+    """The OpenAI `text_completion` object: choice `i * n + j` is completion j of prompt i."""
+    choices, prompt_tokens, completion_tokens = [], 0, 0
+    for i, completions in enumerate(results):
+        prompt_tokens += completions[0].prompt_tokens if completions else 0
+        for j, c in enumerate(completions):
+            text, stop_reason = c.text, None
+            if c.finish_reason == "stop":
+                matched = [s for s in params.stop if text.endswith(s)]
+                if matched:
+                    stop_reason = max(matched, key=len)
+                    text = text[: -len(stop_reason)]
+            choices.append({"index": i * params.n + j, "text": text, "logprobs": None,
+                            "finish_reason": c.finish_reason, "stop_reason": stop_reason})
+            completion_tokens += c.completion_tokens
+    return {
+        "id": f"cmpl-{uuid.uuid4().hex}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                  "total_tokens": prompt_tokens + completion_tokens},
+    }
+
+
+# ------------------------------------------------------------------ batching
+
+
+@dataclass
+class _Job:
+    prompts: list[str]
+    params: SamplingParams
+    done: threading.Event = field(default_factory=threading.Event)
+    result: list[list[Completion]] | None = None
+    error: BaseException | None = None
+
+
+class _Batcher:
+    """One worker thread that runs the generator, merging queued jobs with equal parameters."""
+
+    def __init__(self, generator: Generator, max_batch_prompts: int, wait_s: float):
+        self.generator, self.max_batch_prompts, self.wait_s = generator, max_batch_prompts, wait_s
+        self.queue: queue.Queue[_Job | None] = queue.Queue()
+        self.batches = 0
+        self.stopped = False
+        self._thread = threading.Thread(target=self._loop, name="serve-batcher", daemon=True)
+        self._thread.start()
+
+    def run(self, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
+        if self.stopped:
+            raise RuntimeError("the server is shutting down")
+        job = _Job(prompts, params)
+        self.queue.put(job)
+        job.done.wait()
+        if job.error is not None:
+            raise job.error
+        return job.result  # type: ignore[return-value]
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.queue.put(None)
+        self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        pending: list[_Job] = []
+        stopping = False
+        while pending or not stopping:
+            if not pending:
+                job = self.queue.get()
+                if job is None:
+                    break
+                pending.append(job)
+            deadline = time.monotonic() + self.wait_s
+            while not stopping and sum(len(j.prompts) for j in pending) < self.max_batch_prompts:
+                try:
+                    job = self.queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    break
+                if job is None:
+                    stopping = True
+                else:
+                    pending.append(job)
+            head = pending[0]
+            batch, size = [], 0
+            for job in pending:
+                if job.params == head.params and (not batch or size + len(job.prompts) <= self.max_batch_prompts):
+                    batch.append(job)
+                    size += len(job.prompts)
+            pending = [j for j in pending if all(j is not b for b in batch)]
+            self._run(batch)
+
+    def _run(self, batch: list[_Job]) -> None:
+        prompts = [p for job in batch for p in job.prompts]
+        self.batches += 1
+        try:
+            results = self.generator.generate(prompts, batch[0].params)
+            if len(results) != len(prompts):
+                raise RuntimeError(f"the generator gave {len(results)} results for {len(prompts)} prompts")
+        except BaseException as err:  # noqa: BLE001 - handed to every waiting request
+            for job in batch:
+                job.error = err
+                job.done.set()
+            return
+        start = 0
+        for job in batch:
+            job.result = results[start : start + len(job.prompts)]
+            start += len(job.prompts)
+            job.done.set()
+
+
+# ------------------------------------------------------------------ the server
+
+
+class CompletionServer:
+    """Serve `generator` as `model_name`; `start()` runs it in a background thread."""
+
+    def __init__(self, generator: Generator, model_name: str, host: str = "127.0.0.1", port: int = 0,
+                 api_key: str | None = None, max_batch_prompts: int = 64, batch_wait_s: float = 0.005,
+                 fail_first: int = 0, delay_s: float = 0.0):
+        self.model_name = model_name
+        self._api_key = api_key or None
+        self.fail_first = fail_first
+        """Completion requests still to be answered with 503 (testing retries)."""
+        self.delay_s = delay_s
+        """Seconds to wait before answering a completion request (testing timeouts)."""
+        self.counts = {"completions": 0, "injected_503": 0, "unauthorized": 0, "errors": 0}
+        self._lock = threading.Lock()
+        self._batcher = _Batcher(generator, max_batch_prompts, batch_wait_s)
+        self.httpd = ThreadingHTTPServer((host, port), _Handler)
+        self.httpd.daemon_threads = True
+        self.httpd.app = self  # type: ignore[attr-defined]
+        self._thread: threading.Thread | None = None
+
+    def __repr__(self) -> str:
+        return f"CompletionServer(model={self.model_name!r}, url={self.url!r}, auth={'on' if self._api_key else 'off'})"
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def describe(self) -> dict[str, Any]:
+        """What the CLI prints on start: the served name, the API root, the device, whether a key is required."""
+        device = getattr(self._batcher.generator, "device", None)
+        return {"serving": self.model_name, "url": self.url, "device": str(device) if device is not None else None,
+                "auth": self._api_key is not None}
+
+    @property
+    def batches(self) -> int:
+        """Generator calls so far (each serving one or more requests)."""
+        return self._batcher.batches
+
+    def start(self) -> CompletionServer:
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="serve-http", daemon=True)
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        self.httpd.serve_forever()
+
+    def shutdown(self) -> None:
+        """Stop serving (if `start()` runs it in a thread), close the socket, stop the batcher."""
+        if self._thread is not None:
+            self.httpd.shutdown()
+            self._thread = None
+        self.httpd.server_close()
+        self._batcher.stop()
+
+    def __enter__(self) -> CompletionServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    # Called from request threads.
+
+    def authorized(self, header: str | None) -> bool:
+        if self._api_key is None:
+            return True
+        expected = f"Bearer {self._api_key}".encode()
+        return hmac.compare_digest((header or "").encode(), expected)
+
+    def bump(self, name: str) -> int:
+        with self._lock:
+            self.counts[name] += 1
+            return self.counts[name]
+
+    def take_injected_failure(self) -> bool:
+        with self._lock:
+            if self.fail_first > 0:
+                self.fail_first -= 1
+                self.counts["injected_503"] += 1
+                return True
+            return False
+
+    def models(self) -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": self.model_name, "object": "model", "created": 0,
+                                            "owned_by": "steprl"}]}
+
+    def complete(self, body: Any) -> dict[str, Any]:
+        prompts, params = parse_completion_request(body, self.model_name)
+        if self.delay_s > 0:
+            time.sleep(self.delay_s)
+        results = self._batcher.run(prompts, params)
+        return completion_response(prompts, params, results, self.model_name)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "steprl-serve"
+
+    @property
+    def app(self) -> CompletionServer:
+        return self.server.app  # type: ignore[attr-defined]
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        logger.debug("%s %s", self.address_string(), format % args)
+
+    def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (e.g. its timeout)
+            self.close_connection = True
+
+    def _error(self, err: RequestError, headers: dict[str, str] | None = None) -> None:
+        self._send(err.status, {"error": {"message": err.message, "type": err.kind, "param": err.param,
+                                          "code": err.status}}, headers)
+
+    def _read_body(self) -> bytes:
+        length = self.headers.get("Content-Length")
+        if length is None:
+            self.close_connection = True
+            raise RequestError(411, "a Content-Length header is required")
+        try:
+            n = int(length)
+        except ValueError:
+            self.close_connection = True
+            raise RequestError(400, "bad Content-Length") from None
+        if n < 0 or n > MAX_BODY_BYTES:
+            self.close_connection = True
+            raise RequestError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes")
+        return self.rfile.read(n)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        path = self.path.split("?")[0].rstrip("/")
+        if path == "/health":
+            self._send(200, {"status": "ok"})
+        elif path == "/v1/models":
+            if not self.app.authorized(self.headers.get("Authorization")):
+                self.app.bump("unauthorized")
+                self._error(RequestError(401, "missing or invalid API key", kind="authentication_error"))
+                return
+            self._send(200, self.app.models())
+        else:
+            self._error(RequestError(404, f"no route {self.path}", kind="NotFoundError"))
+
+    def do_POST(self) -> None:  # noqa: N802
+        path = self.path.split("?")[0].rstrip("/")
+        try:
+            raw = self._read_body()
+            if path != "/v1/completions":
+                raise RequestError(404, f"no route {self.path} (this server offers /v1/completions)",
+                                   kind="NotFoundError")
+            if not self.app.authorized(self.headers.get("Authorization")):
+                self.app.bump("unauthorized")
+                raise RequestError(401, "missing or invalid API key", kind="authentication_error")
+            self.app.bump("completions")
+            if self.app.take_injected_failure():
+                raise RequestError(503, "injected failure (--fail_first)", kind="service_unavailable")
+            try:
+                body = json.loads(raw or b"null")
+            except ValueError as err:
+                raise RequestError(400, f"the body is not JSON: {err}") from None
+            self._send(200, self.app.complete(body))
+        except RequestError as err:
+            self._error(err)
+        except Exception as err:  # noqa: BLE001 - a generator failure becomes a 500, the server lives on
+            self.app.bump("errors")
+            logger.exception("generation failed")
+            self._error(RequestError(500, f"generation failed: {type(err).__name__}: {err}", kind="server_error"))
+
+
+# ------------------------------------------------------------------ CLI
+
+
+@dataclass
+class ServeArguments:
+    """Serve a local causal LM over an OpenAI-compatible API."""
+
+    model: str = field(default="", metadata={"help": "A local model directory (or Hub id) loaded with transformers."})
+    host: str = field(default="127.0.0.1", metadata={"help": "Address to bind; keep loopback unless you set a key."})
+    port: int = field(default=8000, metadata={"help": "Port; 0 picks a free one (printed on start)."})
+    served_model_name: str | None = field(
+        default=None, metadata={"help": "The name clients send as `model`; default: --model as given."}
+    )
+    device: str | None = field(default=None, metadata={"help": "cpu or cuda; default: cuda when available."})
+    dtype: str | None = field(default=None, metadata={"help": "float32, bfloat16 or float16; default: the model's."})
+    batch_size: int = field(default=64, metadata={"help": "Sequences per transformers generate call."})
+    max_batch_prompts: int = field(default=64, metadata={"help": "Most prompts merged into one generator call."})
+    batch_wait_ms: float = field(default=5.0, metadata={"help": "How long to wait for requests to batch together."})
+    api_key_env: str | None = field(
+        default=None, metadata={"help": "Require `Authorization: Bearer $NAME` (the variable's value)."}
+    )
+    fail_first: int = field(default=0, metadata={"help": "Testing: answer the first K completion requests with 503."})
+
+
+def parse_args(argv: list[str] | None = None) -> ServeArguments:
+    from transformers import HfArgumentParser
+
+    (args,) = HfArgumentParser((ServeArguments,)).parse_args_into_dataclasses(args=argv)
+    if not args.model:
+        raise ValueError("--model is required")
+    if args.api_key_env and not os.environ.get(args.api_key_env):
+        raise ValueError(f"--api_key_env {args.api_key_env}: the variable is not set")
+    return args
+
+
+def build_server(args: ServeArguments) -> CompletionServer:
+    """Load the model into an `HFGenerator` and bind the server (not yet serving)."""
+    from inference.backends.hf import HFGenerator
+
+    api_key = os.environ.get(args.api_key_env) if args.api_key_env else None
+    dtype = None if args.dtype in (None, "auto") else args.dtype
+    generator = HFGenerator.from_pretrained(args.model, batch_size=args.batch_size, device=args.device, dtype=dtype)
+    if api_key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+        logger.warning("serving on %s without an API key: anyone who can reach it can use it", args.host)
+    return CompletionServer(generator, args.served_model_name or args.model, host=args.host, port=args.port,
+                            api_key=api_key, max_batch_prompts=args.max_batch_prompts,
+                            batch_wait_s=args.batch_wait_ms / 1000, fail_first=args.fail_first)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    server = build_server(args)
+    print(json.dumps(server.describe()), flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

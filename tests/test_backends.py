@@ -1,0 +1,374 @@
+"""The `openai` backend against a real server on loopback (`inference.backends.serve` over a tiny
+HF model), the server itself, the `vllm` backend's CPU behaviour, and the factory."""
+
+import json
+import sys
+import threading
+import types
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+from inference.backends import make_generator
+from inference.backends.base import SamplingParams
+from inference.backends.hf import HFGenerator
+from inference.backends.openai_compat import (
+    OpenAICompatError,
+    OpenAICompatGenerator,
+    split_completion_tokens,
+)
+from inference.backends.serve import CompletionServer
+from reasoning.prompts import solve_prompt
+from reasoning.steps import join_steps
+from reasoning.world import WorldConfig, generate
+
+ROOT = Path(__file__).resolve().parents[1]
+NAME = "tiny-policy"
+WORLD = WorldConfig(min_steps=1, max_steps=3)
+FAST = dict(backoff_s=0.01, max_backoff_s=0.05)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A tiny untrained Llama and a BPE tokenizer trained on world text, saved offline.
+
+    Its projections are re-drawn with unit gain (std 1/sqrt(fan_in)): with the small default init
+    and tied embeddings an untrained model only repeats its last token, and greedy agreement
+    between backends would be trivially true."""
+    import torch
+
+    from reasoning.tokenizer import train_tokenizer
+    from rl.models import build_tiny_causal_lm
+
+    out = tmp_path_factory.mktemp("tiny")
+    rows = generate("train", 100, 0, WORLD)
+    tok = train_tokenizer([solve_prompt(r["question"]) + join_steps(r["steps"]) for r in rows], vocab_size=300)
+    model = build_tiny_causal_lm(tok, hidden_size=32, num_layers=2, num_heads=2, seed=0)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2 and "embed" not in name:
+                p.normal_(0, p.shape[1] ** -0.5, generator=gen)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def hf(model_dir):
+    return HFGenerator.from_pretrained(str(model_dir), batch_size=16, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def server(model_dir):
+    generator = HFGenerator.from_pretrained(str(model_dir), batch_size=16, device="cpu")
+    with CompletionServer(generator, NAME, host="127.0.0.1", port=0) as srv:
+        yield srv
+
+
+@pytest.fixture
+def client(server):
+    with OpenAICompatGenerator(model=NAME, base_url=server.url, max_concurrency=4, **FAST) as gen:
+        yield gen
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return [solve_prompt(r["question"]) for r in generate("test", 12, 0, WORLD)]
+
+
+def same(a, b):
+    """Completions equal field by field (text, token counts, finish reason)."""
+    assert [[(c.text, c.prompt_tokens, c.completion_tokens, c.finish_reason) for c in row] for row in a] == [
+        [(c.text, c.prompt_tokens, c.completion_tokens, c.finish_reason) for c in row] for row in b
+    ]
+
+
+def test_greedy_equals_hf(client, hf, server, prompts):
+    params = SamplingParams(max_new_tokens=20)
+    batches_before = server.batches
+    got = client.generate(prompts, params)
+    same(got, hf.generate(prompts, params))
+    assert all(len(row) == 1 for row in got) and got[0][0].prompt_tokens > 5
+    assert len({row[0].text for row in got}) > len(prompts) // 2  # the model does not just repeat itself
+    assert {c.finish_reason for row in got for c in row} <= {"stop", "length"}
+    assert server.batches - batches_before <= len(prompts)
+    assert client.stats["retries"] == 0 and client.stats["requests"] == len(prompts)
+
+
+def test_stop_strings_behave_like_hf(client, hf, prompts):
+    free = hf.generate(prompts, SamplingParams(max_new_tokens=20))
+    # Stop strings the untrained model does produce: the commonest printable pairs in its output.
+    pairs = Counter(c.text[k : k + 2] for row in free for c in row for k in range(2, len(c.text) - 1))
+    pairs = Counter({p: k for p, k in pairs.items() if p.isascii() and p.isprintable()})
+    stop = tuple(p for p, _ in pairs.most_common(2))
+    params = SamplingParams(max_new_tokens=20, stop=stop)
+    want = hf.generate(prompts, params)
+    got = client.generate(prompts, params)
+    same(got, want)
+    stopped = [c for row in got for c in row if c.finish_reason == "stop" and c.text.endswith(stop)]
+    assert len(stopped) >= 3, "the chosen stop strings should end several completions"
+    assert client.stats["stop_guessed"] == client.stats["stop_unknown"] == 0  # the server gives stop_reason
+
+
+def test_n_samples(client, hf, prompts):
+    params = SamplingParams(max_new_tokens=12, temperature=1.0, n=4, seed=3)
+    (got,) = client.generate(prompts[:1], params)
+    (want,) = hf.generate(prompts[:1], params)  # one prompt: the server runs the very same generate call
+    assert [c.text for c in got] == [c.text for c in want]
+    assert len({c.text for c in got}) > 1
+    assert sum(c.completion_tokens for c in got) == sum(c.completion_tokens for c in want)
+    assert {c.prompt_tokens for c in got} == {want[0].prompt_tokens}
+    many = client.generate(prompts[:5], SamplingParams(max_new_tokens=8, temperature=1.0, n=3, seed=0))
+    assert [len(row) for row in many] == [3] * 5
+    assert all(1 <= c.completion_tokens <= 8 for row in many for c in row)
+
+
+def test_retries_on_503_then_succeeds(client, hf, server, prompts):
+    server.fail_first = 2
+    params = SamplingParams(max_new_tokens=6)
+    with OpenAICompatGenerator(model=NAME, base_url=server.url, max_concurrency=1, max_retries=3, **FAST) as gen:
+        got = gen.generate(prompts[:1], params)
+    same(got, hf.generate(prompts[:1], params))
+    assert server.counts["injected_503"] >= 2 and server.fail_first == 0
+    assert gen.stats["retries"] == 2 and gen.stats["requests"] == 3
+
+
+def test_gives_up_after_the_last_retry(server, prompts):
+    server.fail_first = 10
+    try:
+        gen = OpenAICompatGenerator(model=NAME, base_url=server.url, max_retries=2, **FAST)
+        with pytest.raises(OpenAICompatError, match=r"after 3 attempt\(s\).*HTTP 503") as info:
+            gen.generate(prompts[:1], SamplingParams(max_new_tokens=4))
+        assert info.value.status == 503 and info.value.attempts == 3
+        assert "prompt 0 of 1" in str(info.value)
+    finally:
+        server.fail_first = 0
+
+
+def test_4xx_is_not_retried(server, prompts):
+    before = server.counts["completions"]
+    gen = OpenAICompatGenerator(model="no-such-model", base_url=server.url, max_retries=3, **FAST)
+    with pytest.raises(OpenAICompatError, match="404.*not retried") as info:
+        gen.generate(prompts[:1], SamplingParams(max_new_tokens=4))
+    assert info.value.status == 404 and info.value.attempts == 1
+    assert server.counts["completions"] == before + 1
+    bad = OpenAICompatGenerator(model=NAME, base_url=server.url, extra_body={"logprobs": 2}, **FAST)
+    with pytest.raises(OpenAICompatError, match="logprobs") as info:
+        bad.generate(prompts[:1], SamplingParams(max_new_tokens=4))
+    assert info.value.status == 400 and bad.stats["requests"] == 1
+
+
+def test_api_key_is_sent_as_bearer_and_never_leaks(model_dir, hf, prompts, monkeypatch, caplog, capsys):
+    secret, wrong = "sk-test-9f8e7d6c5b4a", "sk-wrong-0123456789"
+    monkeypatch.setenv("STEPRL_TEST_KEY", secret)
+    monkeypatch.setenv("STEPRL_WRONG_KEY", wrong)
+    caplog.set_level("DEBUG")
+    params = SamplingParams(max_new_tokens=6)
+    with CompletionServer(hf, NAME, port=0, api_key=secret) as srv:
+        good = OpenAICompatGenerator(model=NAME, base_url=srv.url, api_key_env="STEPRL_TEST_KEY", **FAST)
+        got = good.generate(prompts[:2], params)  # the server accepts only "Authorization: Bearer <secret>"
+        assert good.models() == [NAME]
+        messages = [repr(good), repr(good.config), repr(srv)]
+        for env in ("STEPRL_WRONG_KEY", "STEPRL_UNSET_KEY"):
+            gen = OpenAICompatGenerator(model=NAME, base_url=srv.url, api_key_env=env, max_retries=3, **FAST)
+            with pytest.raises(OpenAICompatError, match="401") as info:
+                gen.generate(prompts[:1], params)
+            assert info.value.attempts == 1
+            messages += [str(info.value), repr(info.value), repr(gen)]
+        assert srv.counts["unauthorized"] == 2
+    same(got, hf.generate(prompts[:2], params))
+    captured = capsys.readouterr()
+    everything = "\n".join(messages + [caplog.text, captured.out, captured.err])
+    assert secret not in everything and wrong not in everything
+
+
+def test_key_echoed_by_a_server_is_redacted(monkeypatch):
+    """A server that echoes the Authorization header in its error body: the key stays out of the error."""
+
+    class Echo(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = json.dumps({"error": {"message": f"bad header {self.headers['Authorization']}"}}).encode()
+            self.send_response(400)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    secret = "sk-echo-5566778899"
+    monkeypatch.setenv("STEPRL_TEST_KEY", secret)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        gen = OpenAICompatGenerator(model=NAME, base_url=f"http://127.0.0.1:{httpd.server_address[1]}/v1",
+                                    api_key_env="STEPRL_TEST_KEY", **FAST)
+        with pytest.raises(OpenAICompatError) as info:
+            gen.generate(["x"], SamplingParams(max_new_tokens=2))
+        assert "bad header Bearer ***" in str(info.value) and secret not in str(info.value)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_timeout_gives_a_clear_error(server, prompts):
+    server.delay_s = 1.0
+    try:
+        gen = OpenAICompatGenerator(model=NAME, base_url=server.url, timeout_s=0.2, max_retries=1, **FAST)
+        with pytest.raises(OpenAICompatError, match=r"after 2 attempt\(s\).*timed out after 0.2s") as info:
+            gen.generate(prompts[:1], SamplingParams(max_new_tokens=4))
+        assert info.value.status is None
+    finally:
+        server.delay_s = 0.0
+
+
+def test_connection_refused_is_retried_then_reported():
+    import socket
+
+    with socket.socket() as s:  # a port with nobody listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    gen = OpenAICompatGenerator(model=NAME, base_url=f"http://127.0.0.1:{port}/v1", max_retries=2, **FAST)
+    with pytest.raises(OpenAICompatError, match=r"after 3 attempt\(s\).*connection error"):
+        gen.generate(["x"], SamplingParams(max_new_tokens=2))
+    assert gen.stats["retries"] == 2
+
+
+def test_server_speaks_the_openai_format(server):
+    url = server.url
+    r = httpx.post(f"{url}/completions", json={"model": NAME, "prompt": ["Question: a", "Question: b"],
+                                                "max_tokens": 3, "temperature": 0, "n": 2})
+    data = r.json()
+    assert r.status_code == 200 and data["object"] == "text_completion" and data["model"] == NAME
+    assert [c["index"] for c in data["choices"]] == [0, 1, 2, 3]
+    assert data["usage"]["total_tokens"] == data["usage"]["prompt_tokens"] + data["usage"]["completion_tokens"]
+    assert data["usage"]["completion_tokens"] <= 4 * 3
+    assert httpx.get(f"{url}/models").json()["data"][0]["id"] == NAME
+    for body, param in [({"prompt": "x", "stream": True}, "stream"), ({"max_tokens": 3}, "prompt"),
+                        ({"prompt": "x", "n": 0}, "n"), ({"prompt": "x", "max_tokens": 0}, "max_tokens"),
+                        ({"prompt": "x", "temperature": "hot"}, "temperature"), ({"prompt": "x", "stop": [""]}, "stop")]:
+        r = httpx.post(f"{url}/completions", json=body)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, (body, r.text)
+    assert httpx.post(f"{url}/completions", content=b"{not json").status_code == 400
+    assert httpx.post(f"{url}/chat/completions", json={}).status_code == 404
+
+
+def test_stop_reason_missing_best_effort(client):
+    """Servers without `stop_reason`: one stop string is re-appended (a guess, counted); several are not."""
+    def answer(text, finish="stop", **extra):
+        return {"choices": [{"index": 0, "text": text, "finish_reason": finish, **extra}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 3}}
+
+    one = SamplingParams(max_new_tokens=3, stop=("</Step>",))
+    (c,) = client._parse(answer("x = 1"), one)
+    assert (c.text, c.finish_reason, c.prompt_tokens, c.completion_tokens) == ("x = 1</Step>", "stop", 5, 3)
+    assert client.stats["stop_guessed"] == 1
+    (c,) = client._parse(answer("x = 1", stop_reason=None), one)  # vLLM: None is EOS
+    assert c.text == "x = 1"
+    (c,) = client._parse(answer("x = 1", finish="length"), one)
+    assert (c.text, c.finish_reason) == ("x = 1", "length")
+    (c,) = client._parse(answer("a</Step>b", finish="length"), one)  # a server that ignored `stop`
+    assert (c.text, c.finish_reason) == ("a</Step>", "stop")
+    (c,) = client._parse(answer("x = 1"), SamplingParams(max_new_tokens=3, stop=("</Step>", "\n\n")))
+    assert c.text == "x = 1" and client.stats["stop_unknown"] == 1
+    with pytest.raises(OpenAICompatError, match="expected 2 choice"):
+        client._parse(answer("x"), SamplingParams(n=2))
+
+
+def test_split_completion_tokens():
+    assert split_completion_tokens(10, ["a", "bbb"], ["stop", "stop"], 8) == [3, 7]
+    assert split_completion_tokens(20, ["aaaa", "b", "cc"], ["length", "stop", "stop"], 8) == [8, 5, 7]
+    counts = split_completion_tokens(17, ["x" * 5, "y" * 9, ""], ["stop"] * 3, 16)
+    assert sum(counts) == 17 and counts[1] > counts[0] > counts[2] >= 0
+    assert sum(split_completion_tokens(5, ["a", "b"], ["length", "length"], 8)) == 5  # inconsistent total
+
+
+def test_vllm_absent_gives_a_clear_error():
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed here; the missing-vllm error cannot be shown")
+    from inference.backends.vllm import VLLMGenerator
+
+    with pytest.raises(ImportError, match=r"pip install 'steprl\[vllm\]'"):
+        VLLMGenerator("any/model")
+    with pytest.raises(ImportError, match=r"steprl\[vllm\]"):
+        make_generator("vllm", "any/model")
+
+
+def test_vllm_backend_maps_params_and_outputs(monkeypatch):
+    """The conversion both ways, through a stand-in `vllm` module (the real engine needs a GPU;
+    scripts/gpu_smoke_vllm.py runs it there)."""
+    seen = {}
+
+    class FakeSamplingParams:
+        def __init__(self, **kwargs):
+            seen["sampling"] = kwargs
+
+    class FakeTokenizer:
+        def encode(self, text, add_special_tokens=True):
+            seen.setdefault("add_special_tokens", add_special_tokens)
+            return list(range(len(text.split())))
+
+    class FakeLLM:
+        def __init__(self, **kwargs):
+            seen["engine"] = kwargs
+
+        def get_tokenizer(self):
+            return FakeTokenizer()
+
+        def generate(self, inputs, sampling_params, use_tqdm=True):
+            out = types.SimpleNamespace
+            return [out(prompt_token_ids=i["prompt_token_ids"], outputs=[
+                out(index=1, text="b</Step>", token_ids=[5, 6, 7], finish_reason="stop", stop_reason="</Step>"),
+                out(index=0, text="a a a", token_ids=[1, 2, 3, 4], finish_reason="length", stop_reason=None),
+            ]) for i in inputs]
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=FakeLLM, SamplingParams=FakeSamplingParams))
+    from inference.backends.vllm import VLLMGenerator
+
+    gen = make_generator("vllm", "some/model", dtype="float32", enforce_eager=True)
+    assert isinstance(gen, VLLMGenerator)
+    assert seen["engine"]["enable_prefix_caching"] is True and seen["engine"]["enforce_eager"] is True
+    rows = gen.generate(["one two three", "four"], SamplingParams(max_new_tokens=4, n=2, stop=["</Step>"], seed=7))
+    assert seen["sampling"] == dict(n=2, temperature=0.0, top_p=1.0, max_tokens=4, stop=["</Step>"],
+                                    include_stop_str_in_output=True, seed=7)
+    assert seen["add_special_tokens"] is False
+    assert [(c.text, c.prompt_tokens, c.completion_tokens, c.finish_reason) for c in rows[0]] == [
+        ("a a a", 3, 4, "length"), ("b</Step>", 3, 3, "stop")]
+    assert rows[1][0].prompt_tokens == 1
+
+
+def test_factory(model_dir, server):
+    assert isinstance(make_generator("hf", str(model_dir), device="cpu", batch_size=2), HFGenerator)
+    gen = make_generator("openai", NAME, base_url=server.url, max_concurrency=2)
+    assert isinstance(gen, OpenAICompatGenerator) and gen.config.max_concurrency == 2
+    assert gen.generate(["Question: x"], SamplingParams(max_new_tokens=2))[0][0].completion_tokens >= 1
+    with pytest.raises(ValueError, match="hf, vllm, openai"):
+        make_generator("tgi", "m")
+    with pytest.raises(ValueError, match="served model name"):
+        make_generator("openai", "")
+
+
+def test_serve_cli(model_dir, monkeypatch):
+    """The `python -m inference.backends.serve` path in-process: arguments, model loading, the key."""
+    from inference.backends import serve
+
+    with pytest.raises(ValueError, match="not set"):
+        serve.parse_args(["--model", str(model_dir), "--api_key_env", "STEPRL_UNSET_KEY"])
+    monkeypatch.setenv("STEPRL_CLI_KEY", "sk-cli-424242")
+    args = serve.parse_args(["--model", str(model_dir), "--port", "0", "--served_model_name", NAME,
+                             "--device", "cpu", "--api_key_env", "STEPRL_CLI_KEY"])
+    with serve.build_server(args) as srv:
+        info = srv.describe()
+        assert info == {"serving": NAME, "url": srv.url, "device": "cpu", "auth": True}
+        assert info["url"].startswith("http://127.0.0.1:") and "sk-cli" not in json.dumps(info)
+        gen = OpenAICompatGenerator(model=NAME, base_url=info["url"], api_key_env="STEPRL_CLI_KEY", **FAST)
+        ((c,),) = gen.generate(["Question: Ava has 3 apples."], SamplingParams(max_new_tokens=5))
+    assert 1 <= c.completion_tokens <= 5 and c.prompt_tokens > 3
+    assert serve.main(["--port", "0"]) == 2
