@@ -1,0 +1,63 @@
+"""PathCo: StepCo's path-level ablation, revising the whole path instead of its rejected steps.
+
+From Wu et al. 2024, "Enhancing Mathematical Reasoning in LLMs by Stepwise Correction", where it
+isolates the value of stepwise correction: the same verify-then-revise loop as StepCo
+(`stepco.verify_and_revise`), but a path is judged as a whole, by the aggregate of its step
+scores (the mean, as in the paper), and when that falls below θ the WHOLE path is regenerated:
+
+- `revision="prompt"`: `revise_prompt` with step_index 1 ("revise steps 1 onward while keeping no
+  steps"), reporting the path's aggregate score as the probability;
+- `revision="resample"`: a fresh sample of `solve_prompt` at `resample_temperature`.
+
+Up to `max_rounds` rounds; the prediction is the last path's answer. The trace has StepCo's
+shape (`rounds` of `{round, steps, scores, revised_index}`, revised_index always 1 for a
+revision; `stopped`; `revisions`), and the flags are StepCo's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inference.methods.base import MethodOutput, Tracker
+from inference.methods.stepco import check_loop_config, verify_and_revise
+from reasoning.types import Problem
+from reward_models.verifier import aggregate
+
+AGGREGATIONS = ("mean", "min", "prod", "last")
+
+
+@dataclass
+class Config:
+    threshold: float = 0.5
+    """θ: a path is accepted when the aggregate of its step scores is at least this."""
+    aggregation: str = "mean"
+    """How step scores become the path's score: mean (the paper's PathCo), min, prod or last."""
+    max_rounds: int = 5
+    """T: the most verify-then-revise rounds (revisions) per problem."""
+    revision: str = "prompt"
+    """How the path is regenerated: 'prompt' (the feedback prompt, step 1) or 'resample' (a fresh sample)."""
+    temperature: float = 0.0
+    """Temperature of the initial path and of 'prompt' revisions (0: greedy)."""
+    resample_temperature: float = 0.8
+    """Temperature of 'resample' revisions."""
+    top_p: float = 1.0
+    """Nucleus sampling mass when sampling."""
+    verify_final: bool = True
+    """Also verify the path the last allowed revision produced (scores in the trace for every path)."""
+    max_new_tokens: int = 192
+    """Most tokens generated for the initial path and for each revision."""
+    seed: int = 0
+    """Sampling seed; round r uses seed + r."""
+
+    def __post_init__(self) -> None:
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
+        check_loop_config(self)
+
+
+def run(problems: list[Problem], tracker: Tracker, config: Config) -> list[MethodOutput]:
+    def whole_path(scores: list[float], floor: int) -> tuple[int, float] | None:
+        value = aggregate(scores, config.aggregation)
+        return None if value >= config.threshold else (1, value)
+
+    return verify_and_revise(problems, tracker, config, whole_path)

@@ -1,0 +1,226 @@
+"""StepCo: verify a reasoning path step by step, revise it from its first rejected step, repeat.
+
+Wu et al. 2024, "Enhancing Mathematical Reasoning in LLMs by Stepwise Correction". The policy
+writes a path in `<Step>` tags (greedy by default). Then, for up to `max_rounds` rounds
+(the paper's T):
+
+1. **Verify.** The process-supervised verifier gives every step a probability p_i that the path so
+   far leads to the correct answer (`Verifier.score`, one forward pass per path).
+2. **Stop** when every step reaches the threshold θ (p_i >= θ).
+3. **Revise.** Otherwise take k, the first step with p_k < θ. Steps 1..k-1 are kept *verbatim*
+   (spliced back by this code, never trusted to the model's copy) and steps k.. are regenerated:
+   - `revision="prompt"` (the paper): `reasoning.prompts.revise_prompt` shows the path and the
+     feedback "the probability that step k leads to the correct answer is p_k ... revise steps k
+     onward while keeping steps 1 to k-1", and ends with the kept steps, so the model's
+     completion is the new steps k..;
+   - `revision="resample"`: the plain `solve_prompt` continued from the kept steps, sampled at
+     `resample_temperature` (no feedback text; what a policy never trained on revision can do).
+
+The revision index never moves backwards: a later round whose first failing step lies inside the
+kept prefix (possible only with a verifier whose step scores depend on later steps) is clamped to
+the current index, so a kept prefix stays kept. The prediction is the final answer of the last
+path. All problems' revisions of a round go to the generator in one call and their verification
+in one `score` call.
+
+Trace (`MethodOutput.trace`): `rounds`, one entry per path, each `{round, steps, scores,
+revised_index}` (`revised_index` is the 1-based step from which this path was regenerated, None
+for the initial path; `scores` None when the path was not verified); `stopped` (`accepted`,
+`max_rounds`, `unverifiable`: the path has no steps, `unscorable`: the verifier refused it);
+`revisions`.
+
+Flags: every generation's anomalies (`inference.methods.base.completion_flags`: truncated,
+no_steps, no_answer, unclosed_tags, ...), plus `revision_unusable` (a revision with no steps: the
+previous path and its scores are kept and the next round tries again), `unverifiable` and
+`unscorable`.
+
+`verify_and_revise` is the loop itself, shared with the PathCo ablation (`pathco.py`), which
+differs only in the rule choosing where to revise from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from inference.backends.base import SamplingParams
+from inference.methods.base import MethodOutput, Tracker, completion_flags, score_paths
+from reasoning.answers import extract_answer
+from reasoning.prompts import revise_prompt, solve_prompt
+from reasoning.steps import prefix_text, split_steps
+from reasoning.types import Problem
+
+REVISIONS = ("prompt", "resample")
+
+
+@dataclass
+class Config:
+    threshold: float = 0.5
+    """θ: a step is accepted when its verifier score is at least this."""
+    max_rounds: int = 5
+    """T: the most verify-then-revise rounds (revisions) per problem."""
+    revision: str = "prompt"
+    """How steps k.. are regenerated: 'prompt' (StepCo's feedback prompt) or 'resample' (continue the kept steps)."""
+    temperature: float = 0.0
+    """Temperature of the initial path and of 'prompt' revisions (0: greedy)."""
+    resample_temperature: float = 0.8
+    """Temperature of 'resample' revisions (greedy would only repeat the rejected steps)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass when sampling."""
+    verify_final: bool = True
+    """Also verify the path the last allowed revision produced, so every path in the trace has
+    scores; False follows a strict verify-then-revise loop and saves one verifier pass."""
+    max_new_tokens: int = 192
+    """Most tokens generated for the initial path and for each revision."""
+    seed: int = 0
+    """Sampling seed; round r uses seed + r."""
+
+    def __post_init__(self) -> None:
+        check_loop_config(self)
+
+
+class LoopConfig(Protocol):
+    threshold: float
+    max_rounds: int
+    revision: str
+    temperature: float
+    resample_temperature: float
+    top_p: float
+    verify_final: bool
+    max_new_tokens: int
+    seed: int
+
+
+def check_loop_config(config: LoopConfig) -> None:
+    if config.revision not in REVISIONS:
+        raise ValueError(f"revision must be one of {REVISIONS}, got {config.revision!r}")
+    if config.max_rounds < 0:
+        raise ValueError(f"max_rounds must be >= 0, got {config.max_rounds}")
+    if not 0.0 <= config.threshold <= 1.0:
+        raise ValueError(f"threshold must be in [0, 1], got {config.threshold}")
+
+
+Choose = Callable[[list[float], int], "tuple[int, float] | None"]
+"""Where to revise a verified path: (scores, current revision index) -> (1-based index k, the
+probability to report in the feedback), or None to accept the path."""
+
+
+def first_rejected(scores: list[float], threshold: float, floor: int = 1) -> tuple[int, float] | None:
+    """StepCo's rule: the first step scored below `threshold` (1-based) and its score, clamped to
+    be at least `floor` (the current revision index); None when every step reaches the threshold."""
+    for j, score in enumerate(scores):
+        if score < threshold:
+            k = min(max(j + 1, floor), len(scores))
+            return k, scores[k - 1]
+    return None
+
+
+@dataclass
+class _State:
+    steps: list[str]
+    text: str
+    """The path as text: the kept steps re-rendered plus the latest completion."""
+    scores: list[float] | None = None
+    """The verifier's scores of `steps`; None until verified."""
+    floor: int = 1
+    """The current revision index: later revisions never start before it."""
+    active: bool = True
+    stopped: str | None = None
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+
+
+def verify_and_revise(problems: list[Problem], tracker: Tracker, config: LoopConfig, choose: Choose) -> list[MethodOutput]:
+    """The verify-then-revise loop, batched over problems; `choose` decides where a path is revised."""
+    check_loop_config(config)
+    n = len(problems)
+    initial = SamplingParams(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
+                             top_p=config.top_p, n=1, seed=config.seed)
+    outputs = tracker.generate(list(range(n)), [solve_prompt(p.question) for p in problems], initial)
+    states = []
+    for problem, (c, *_) in zip(problems, outputs):
+        path = split_steps(c.text)
+        state = _State(steps=list(path.steps), text=c.text)
+        state.flags += completion_flags(c, path, extract_answer(c.text, problem.answer_kind))
+        state.rounds.append({"round": 0, "steps": list(path.steps), "scores": None, "revised_index": None})
+        if not path.steps:
+            state.active, state.stopped = False, "unverifiable"
+            state.flags.append("unverifiable")
+        states.append(state)
+
+    temperature = config.temperature if config.revision == "prompt" else config.resample_temperature
+    for r in range(config.max_rounds + 1):
+        last = r == config.max_rounds
+        # 1. verify every new path (one call for all problems)
+        todo = [i for i, s in enumerate(states) if s.active and s.scores is None]
+        if todo and (config.verify_final or not last):
+            scored = score_paths(tracker, todo, [problems[i].question for i in todo], [states[i].steps for i in todo])
+            for i, scores in zip(todo, scored):
+                s = states[i]
+                s.rounds[-1]["scores"] = scores
+                if scores is None:
+                    s.active, s.stopped = False, "unscorable"
+                    s.flags.append("unscorable")
+                else:
+                    s.scores = list(scores)
+        # 2. accept, stop, or choose where to revise
+        pending: list[tuple[int, int, float]] = []
+        for i, s in enumerate(states):
+            if not s.active:
+                continue
+            if s.scores is None:  # the last revision, left unverified (verify_final off)
+                s.active, s.stopped = False, "max_rounds"
+                continue
+            decision = choose(s.scores, s.floor)
+            if decision is None:
+                s.active, s.stopped = False, "accepted"
+            elif last:
+                s.active, s.stopped = False, "max_rounds"
+            else:
+                k, p = decision
+                k = min(max(k, s.floor), len(s.steps))  # the kept prefix is kept
+                s.floor = k
+                pending.append((i, k, p))
+        if not pending:
+            break
+        # 3. revise steps k.. of every rejected path (one call for all problems)
+        prompts = []
+        for i, k, p in pending:
+            q, steps = problems[i].question, states[i].steps
+            prompts.append(revise_prompt(q, steps, k, p) if config.revision == "prompt" else solve_prompt(q, steps[: k - 1]))
+        params = SamplingParams(max_new_tokens=config.max_new_tokens, temperature=temperature,
+                                top_p=config.top_p, n=1, seed=config.seed + r + 1)
+        revised = tracker.generate([i for i, _, _ in pending], prompts, params)
+        for (i, k, _), (c, *_) in zip(pending, revised):
+            s, kind = states[i], problems[i].answer_kind
+            kept = s.steps[: k - 1]
+            new = split_steps(c.text)
+            text = prefix_text(kept) + c.text
+            s.flags += completion_flags(c, new, extract_answer(text, kind))
+            if new.steps:
+                s.steps, s.text, s.scores = kept + list(new.steps), text, None
+                s.rounds.append({"round": r + 1, "steps": list(s.steps), "scores": None, "revised_index": k})
+            else:
+                s.flags.append("revision_unusable")
+                s.rounds.append({"round": r + 1, "steps": list(s.steps), "scores": s.scores, "revised_index": k,
+                                 "unusable": True})
+
+    results = []
+    for i, (problem, s) in enumerate(zip(problems, states)):
+        results.append(
+            MethodOutput(
+                prediction=extract_answer(s.text, problem.answer_kind),
+                completion=s.text,
+                usage=tracker.usage[i],
+                trace={"rounds": s.rounds, "stopped": s.stopped,
+                       "revisions": sum(1 for e in s.rounds if e["revised_index"] is not None),
+                       "threshold": config.threshold, "revision": config.revision},
+                flags=s.flags,
+            )
+        )
+    return results
+
+
+def run(problems: list[Problem], tracker: Tracker, config: Config) -> list[MethodOutput]:
+    return verify_and_revise(problems, tracker, config,
+                             lambda scores, floor: first_rejected(scores, config.threshold, floor))
