@@ -1,0 +1,1015 @@
+"""The evaluation harness: one inference method on one dataset, graded, resumable.
+
+    python -m inference.evaluate --method M --dataset D --policy P --out DIR
+        [--verifier V] [--backend hf|vllm|openai] [--limit N] [--batch_size B]
+        [--chunk_size C] [--config recipe.yaml] [--overwrite] [--quiet] [method options]
+
+`M` names a module of `inference/methods/` (greedy, self_consistency, best_of_n, stepco, pathco,
+beats) or any importable module (a dotted path) with a `Config` dataclass and
+`run(problems, tracker, config)`. Every field of the method's `Config` is a flag
+(`--threshold 0.5 --max_rounds 5 --n 8 --aggregation mean ...`); `--method M --help` lists them with
+their docstrings. A field whose name is also a harness flag (e.g. `batch_size`) is
+`--method_<name>`.
+
+`D` is `world` (the world's test split as `rl.sft` builds it: `--n_world` problems with
+`--world_seed`, in the world the policy was trained on; `world:dev` for another split), a benchmark
+name of `reasoning.benchmarks` (gsm8k, math500, svamp, addsub, asdiv, aqua, gsm_ic_2step, ...,
+read from `--data_dir`, default `../shared/data`) or a `.jsonl` file in that schema.
+
+`P` is the policy: a `save_pretrained` directory for `hf`, a local directory or Hub id for `vllm`,
+the served model name for `openai` (any OpenAI-compatible server, e.g. `python -m
+inference.backends.serve`). Backends are built by `inference.backends.factory.make_generator`;
+`--batch_size` and `--device` apply to `hf`, and `--backend_options '{"base_url": ...}'` passes
+anything else a backend takes. Models are loaded on first use, so re-running a finished run
+loads none.
+`V` is a verifier spec of `reward_models.load.load_verifier` (a PSV directory, `confidence`,
+`exact`, `math-shepherd:PATH`, `token-prm:PATH`); `exact` reads the world's quantities and is
+labelled in the summary as an upper reference (`"verifier_is_reference": true`), never a method.
+
+**Blind, then grade.** The method sees `inference.methods.base.blind(problems)`: no gold answer,
+no gold steps, no world quantities. Grading happens here, afterwards, with
+`reasoning.grading.is_correct` on the method's prediction.
+
+**Outputs.** `DIR/results.jsonl`, one row per problem: `id`, `question`, `answer` (gold),
+`answer_kind`, `prediction`, `correct`, `completion`, `usage` (prompt / completion / verifier
+tokens, LLM and verifier calls), `flags`, `trace`, `chunk`, and on world problems `error_kind`
+(the world checker's earliest error of the completion, None when it has none).
+`DIR/summary.json`, recomputed from all rows at the end: accuracy with a 95% bootstrap interval,
+token and call totals, wall seconds, flag counts, the full method config, dataset, policy,
+verifier, backend and seed. The summary is also printed as one JSON line.
+
+**Resuming.** Problems are run in chunks of `--chunk_size`; chunk `c` always holds the same
+problems and runs with a seed derived from (seed, c), so an interrupted and resumed run gives
+the same rows as an uninterrupted one. After a chunk its rows are appended to `results.jsonl` and
+fsynced, then the chunk's time goes to `DIR/progress.jsonl`. A re-run with the same `--out` keeps
+the complete rows (a partial last line, left by a kill, is dropped and reported), re-runs only
+chunks with missing problems and writes only the missing rows. `DIR/run_config.json` holds what
+determines the results (method, its options, dataset and a fingerprint of its problems, policy,
+verifier, backend, batch and chunk sizes, seed); resuming with a different one is refused
+(`--overwrite` starts afresh).
+
+Python API, for scripts such as `scripts/compare.py`:
+
+    summary = evaluate("greedy", problems, generator, verifier=None, config=None, out_dir="runs/greedy")
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import hashlib
+import importlib
+import inspect
+import json
+import os
+import random
+import sys
+import textwrap
+import time
+import types
+import typing
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from inference.methods import METHODS
+from inference.methods.base import MethodOutput, Tracker, blind
+from reasoning.benchmarks import DatasetError, load_benchmark
+from reasoning.grading import is_correct
+from reasoning.types import Problem
+
+__all__ = [
+    "BACKENDS",
+    "EvalArguments",
+    "EvaluationError",
+    "bootstrap_interval",
+    "build_generator",
+    "chunk_seed",
+    "evaluate",
+    "load_method",
+    "load_problems",
+    "main",
+    "parse_args",
+    "read_results",
+    "run_from_args",
+    "summarize",
+]
+
+BACKENDS = ("hf", "vllm", "openai")
+RESULTS = "results.jsonl"
+SUMMARY = "summary.json"
+RUN_CONFIG = "run_config.json"
+PROGRESS = "progress.jsonl"
+
+
+class EvaluationError(ValueError):
+    """Settings, inputs or an output directory the harness cannot work with; the message says which."""
+
+
+# ----------------------------------------------------------------------------------------------
+# settings
+
+
+@dataclass
+class EvalArguments:
+    """Settings of the harness itself (the method's own options come from its `Config`)."""
+
+    method: str = field(metadata={"help": f"Inference method: one of {', '.join(METHODS)}, or a dotted module path."})
+    dataset: str = field(metadata={"help": "'world' (test split; 'world:dev' etc.), a benchmark name, or a .jsonl file."})
+    policy: str = field(metadata={"help": "The policy: a save_pretrained directory (hf) or a model name (vllm, openai)."})
+    out: str = field(metadata={"help": "Output directory (results.jsonl, summary.json); an existing run resumes."})
+    verifier: str | None = field(
+        default=None,
+        metadata={"help": "Verifier spec: a PSV directory, confidence, exact (world only, an upper reference), "
+                          "math-shepherd:PATH or token-prm:PATH."},
+    )
+    backend: str = field(default="hf", metadata={"help": "Generator backend.", "choices": list(BACKENDS)})
+    backend_options: str | None = field(
+        default=None, metadata={"help": "JSON object of extra backend options (e.g. base_url for openai)."}
+    )
+    limit: int | None = field(default=None, metadata={"help": "Evaluate only the first N problems."})
+    batch_size: int = field(default=64, metadata={"help": "Sequences per generation batch of the backend."})
+    verifier_batch_size: int = field(default=32, metadata={"help": "Paths per verifier forward pass."})
+    device: str | None = field(default=None, metadata={"help": "Device of local models (default: cuda if available)."})
+    chunk_size: int = field(default=50, metadata={"help": "Problems per chunk: one method call, then rows are saved."})
+    n_world: int = field(default=500, metadata={"help": "World problems generated for --dataset world."})
+    world_seed: int = field(default=0, metadata={"help": "Seed of the world problems."})
+    data_dir: str | None = field(
+        default=None, metadata={"help": "Folder of benchmark files (default $STEPRL_DATA_DIR or ../shared/data)."}
+    )
+    source: str = field(
+        default="auto", metadata={"help": "Benchmark source: local file, the Hub, or auto.", "choices": ["auto", "local", "hub"]}
+    )
+    bootstrap_samples: int = field(default=1000, metadata={"help": "Resamples of the accuracy's 95% bootstrap interval."})
+    overwrite: bool = field(default=False, metadata={"help": "Delete an existing run in --out and start afresh."})
+    quiet: bool = field(default=False, metadata={"help": "No progress bar."})
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise EvaluationError(f"--backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        for name in ("batch_size", "verifier_batch_size", "chunk_size", "bootstrap_samples"):
+            if getattr(self, name) < 1:
+                raise EvaluationError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        if self.limit is not None and self.limit < 0:
+            raise EvaluationError(f"--limit must be >= 0, got {self.limit}")
+        if self.n_world < 0:
+            raise EvaluationError(f"--n_world must be >= 0, got {self.n_world}")
+        self.backend_kwargs()
+
+    def backend_kwargs(self) -> dict[str, Any]:
+        if not self.backend_options:
+            return {}
+        try:
+            value = json.loads(self.backend_options)
+        except json.JSONDecodeError as e:
+            raise EvaluationError(f"--backend_options is not JSON: {e}") from None
+        if not isinstance(value, dict):
+            raise EvaluationError("--backend_options must be a JSON object")
+        return value
+
+
+# ----------------------------------------------------------------------------------------------
+# methods
+
+
+def load_method(name: str | types.ModuleType) -> types.ModuleType:
+    """The method module named `name` (a name of `inference/methods/` or a dotted module path)."""
+    if isinstance(name, types.ModuleType):
+        module = name
+    else:
+        full = name if "." in name else f"inference.methods.{name}"
+        try:
+            module = importlib.import_module(full)
+        except ModuleNotFoundError as e:
+            if e.name not in (full, full.rsplit(".", 1)[0]):
+                raise  # the method exists but one of its imports is missing
+            raise EvaluationError(
+                f"unknown method {name!r}: no module {full}; methods: {', '.join(METHODS)} or a dotted module path"
+            ) from None
+    config_cls = getattr(module, "Config", None)
+    if not (dataclasses.is_dataclass(config_cls) and isinstance(config_cls, type)) or not callable(
+        getattr(module, "run", None)
+    ):
+        raise EvaluationError(f"method module {module.__name__} needs a `Config` dataclass and a `run` function")
+    return module
+
+
+def method_name(module: types.ModuleType) -> str:
+    prefix = "inference.methods."
+    return module.__name__[len(prefix):] if module.__name__.startswith(prefix) else module.__name__
+
+
+def chunk_seed(seed: int, chunk: int) -> int:
+    """The seed chunk `chunk` runs with: fixed by (seed, chunk), independent of what ran before."""
+    digest = hashlib.sha256(f"steprl-eval:{seed}:{chunk}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+# ----------------------------------------------------------------------------------------------
+# command-line flags from dataclass fields
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Each field's attribute docstring (the string literal right after it) over the class's MRO."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if klass is object:
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        if not tree.body or not isinstance(tree.body[0], ast.ClassDef):
+            continue
+        body = tree.body[0].body
+        for node, nxt in zip(body, body[1:]):
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                    and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
+                    and isinstance(nxt.value.value, str)):
+                docs[node.target.id] = " ".join(inspect.cleandoc(nxt.value.value).split())
+    return docs
+
+
+_NONE_WORDS = {"none", "null"}
+_TRUE_WORDS = {"true", "yes", "1", "on"}
+_FALSE_WORDS = {"false", "no", "0", "off"}
+
+
+def _to_bool(s: str) -> bool:
+    if s.lower() in _TRUE_WORDS:
+        return True
+    if s.lower() in _FALSE_WORDS:
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {s!r}")
+
+
+_to_bool.__name__ = "bool"  # argparse names the converter in its error message
+
+
+def _to_json(s: str) -> Any:
+    try:
+        return json.loads(s)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"expected a JSON value, got {s!r} ({e.msg})") from None
+
+
+_to_json.__name__ = "JSON"
+
+
+def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1 and len(args) == 2:
+            return rest[0], True
+    return tp, False
+
+
+def _scalar_converter(tp: Any) -> Callable[[str], Any]:
+    if tp is bool:
+        return _to_bool
+    if tp in (int, float, str):
+        return tp
+    if typing.get_origin(tp) is typing.Literal:
+        values = typing.get_args(tp)
+
+        def choice(s: str) -> Any:
+            for v in values:
+                if str(v) == s:
+                    return v
+            raise argparse.ArgumentTypeError(f"expected one of {', '.join(map(str, values))}, got {s!r}")
+        return choice
+    return _to_json
+
+
+@dataclass
+class _Flag:
+    """One dataclass field as a command-line flag."""
+
+    owner: str
+    """'harness' or 'method'."""
+    name: str
+    """The field name."""
+    flag: str
+    """The option string, e.g. --threshold."""
+    convert: Callable[[str], Any]
+    sequence: type | None
+    """list or tuple for sequence fields (nargs='*'), else None."""
+    optional: bool
+    is_bool: bool
+    required: bool
+
+
+def _flags_for(cls: type, owner: str, taken: set[str], prefix: str = "") -> list[_Flag]:
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # unresolvable annotations: fall back to the type of each default
+        hints = {}
+    flags = []
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        tp = hints.get(f.name)
+        if tp is None:
+            default = f.default if f.default is not dataclasses.MISSING else None
+            tp = type(default) if default is not None else str
+        tp, optional = _unwrap_optional(tp)
+        sequence = None
+        origin = typing.get_origin(tp)
+        if origin in (list, tuple, Sequence, typing.Sequence):
+            args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+            sequence = tuple if origin is tuple else list
+            item = args[0] if len(set(args)) == 1 else str
+            convert = _scalar_converter(item)
+        else:
+            convert = _scalar_converter(tp)
+        name = f.name if f.name not in taken else f"{prefix}{f.name}"
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        flags.append(_Flag(owner, f.name, f"--{name}", convert, sequence, optional, tp is bool and sequence is None,
+                           required))
+    return flags
+
+
+def _add_flags(group, cls: type, flags: list[_Flag]) -> None:
+    docs = field_docs(cls)
+    by_name = {f.name: f for f in dataclasses.fields(cls)}
+    for fl in flags:
+        f = by_name[fl.name]
+        help_text = f.metadata.get("help") or docs.get(fl.name) or ""
+        if f.default is not dataclasses.MISSING:
+            help_text += f" (default: {f.default!r})"
+        elif f.default_factory is not dataclasses.MISSING:
+            help_text += f" (default: {f.default_factory()!r})"
+        else:
+            help_text += " (required)"
+        kwargs: dict[str, Any] = dict(dest=f"{fl.owner}:{fl.name}", default=argparse.SUPPRESS,
+                                      help=help_text.replace("%", "%%"))
+        if "choices" in f.metadata:
+            kwargs["choices"] = f.metadata["choices"]
+        convert = fl.convert
+        if fl.optional:
+            inner = convert
+
+            def convert(s: str, inner=inner) -> Any:
+                return None if s.lower() in _NONE_WORDS else inner(s)
+            convert.__name__ = getattr(inner, "__name__", "value")
+            if "choices" in kwargs:
+                kwargs["choices"] = [*kwargs["choices"], None]
+        kwargs["type"] = convert
+        if "choices" not in kwargs:
+            kwargs["metavar"] = "BOOL" if fl.is_bool else fl.name.upper()
+        if fl.sequence is not None:
+            kwargs["nargs"] = "*"
+        elif fl.is_bool:
+            kwargs.update(nargs="?", const=True)
+        options = [fl.flag]
+        if "_" in fl.flag:
+            options.append(fl.flag.replace("_", "-"))
+        group.add_argument(*options, **kwargs)
+        if fl.is_bool and f.default is True:
+            group.add_argument(f"--no_{fl.flag[2:]}", dest=f"{fl.owner}:{fl.name}", action="store_false",
+                               default=argparse.SUPPRESS, help=f"Set --{fl.flag[2:]} false.")
+
+
+def _coerce(value: Any, fl: _Flag, where: str) -> Any:
+    """A YAML value for a flag: strings go through the flag's converter, sequences become its type."""
+    if value is None:
+        return None
+    if fl.sequence is not None:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, (list, tuple)):
+            raise EvaluationError(f"{where}: {fl.name} must be a list, got {value!r}")
+        return fl.sequence(fl.convert(v) if isinstance(v, str) else v for v in value)
+    if isinstance(value, str):
+        try:
+            return fl.convert(value)
+        except (ValueError, argparse.ArgumentTypeError) as e:
+            raise EvaluationError(f"{where}: bad value for {fl.name}: {e}") from None
+    if fl.convert is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def _build_parser(module: types.ModuleType | None, flags: list[_Flag]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m inference.evaluate",
+        description="Run an inference method on a dataset, grade it, and write results.jsonl and summary.json.",
+        epilog=None if module is not None else "Pass --method M with --help to list the method's options.",
+    )
+    parser.add_argument("--config", default=None, help="YAML recipe: harness and method options (the flags win).")
+    _add_flags(parser.add_argument_group("evaluation"), EvalArguments, [f for f in flags if f.owner == "harness"])
+    if module is not None:
+        group = parser.add_argument_group(f"method options ({method_name(module)})")
+        _add_flags(group, module.Config, [f for f in flags if f.owner == "method"])
+    return parser
+
+
+def _read_yaml(path: str) -> dict[str, Any]:
+    import yaml
+
+    try:
+        values = yaml.safe_load(Path(path).read_text()) or {}
+    except OSError as e:
+        raise EvaluationError(f"--config {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise EvaluationError(f"--config {path}: not YAML ({e})") from None
+    if not isinstance(values, dict):
+        raise EvaluationError(f"--config {path}: expected a mapping of option names to values")
+    return values
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[EvalArguments, types.ModuleType, Any]:
+    """(harness arguments, method module, method Config) from the command line and `--config`.
+
+    Raises SystemExit(2) with argparse's message for a bad flag or value, EvaluationError for a bad
+    recipe or a value the dataclasses reject.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--config", default=None)
+    pre.add_argument("--method", default=None)
+    known, _ = pre.parse_known_args(argv)
+    recipe = _read_yaml(known.config) if known.config else {}
+    method_spec = known.method or recipe.get("method")
+    harness_flags = _flags_for(EvalArguments, "harness", set())
+    if method_spec is None:
+        parser = _build_parser(None, harness_flags)
+        parser.parse_args(argv)  # --help, or the message for missing --method
+        parser.error("the following arguments are required: --method")
+    module = load_method(method_spec)
+    taken = {f.name for f in dataclasses.fields(EvalArguments)} | {"config"}
+    method_flags = _flags_for(module.Config, "method", taken, prefix="method_")
+    flags = harness_flags + method_flags
+    parser = _build_parser(module, flags)
+    parsed = vars(parser.parse_args(argv))
+    parsed.pop("config", None)
+
+    values: dict[str, dict[str, Any]] = {"harness": {}, "method": {}}
+    by_key = {(f.owner, f.name): f for f in flags}
+    harness_names = {f.name for f in harness_flags}
+    method_by_flag = {f.flag[2:]: f for f in method_flags}
+    where = f"--config {known.config}"
+    for key, value in recipe.items():
+        if key == "method_options":
+            if not isinstance(value, dict):
+                raise EvaluationError(f"{where}: method_options must be a mapping")
+            for k, v in value.items():
+                if ("method", k) not in by_key:
+                    raise EvaluationError(f"{where}: method {method_name(module)} has no option {k!r}")
+                values["method"][k] = _coerce(v, by_key[("method", k)], where)
+        elif key in harness_names:
+            values["harness"][key] = _coerce(value, by_key[("harness", key)], where)
+        elif key in method_by_flag:
+            fl = method_by_flag[key]
+            values["method"][fl.name] = _coerce(value, fl, where)
+        else:
+            raise EvaluationError(f"{where}: unknown option {key!r}")
+    for dest, value in parsed.items():
+        owner, name = dest.split(":", 1)
+        fl = by_key[(owner, name)]
+        if fl.sequence is not None and value is not None:
+            value = fl.sequence(value)
+        values[owner][name] = value
+    values["harness"]["method"] = method_spec
+    missing = [f.flag for f in flags if f.required and f.name not in values[f.owner]]
+    if missing:
+        parser.error(f"the following arguments are required: {', '.join(missing)}")
+    try:
+        args = EvalArguments(**values["harness"])
+        config = module.Config(**values["method"])
+    except EvaluationError:
+        raise
+    except (TypeError, ValueError) as e:
+        raise EvaluationError(f"method {method_name(module)}: {e}") from None
+    return args, module, config
+
+
+# ----------------------------------------------------------------------------------------------
+# data, generator, verifier
+
+
+def load_problems(args: EvalArguments) -> tuple[list[Problem], list[dict]]:
+    """The problems of `--dataset` (first `--limit`), and world rows for the `exact` verifier."""
+    if args.dataset == "world" or args.dataset.startswith("world:"):
+        from reasoning.world import generate, row_to_problem, world_config_of
+
+        split = args.dataset.split(":", 1)[1] if ":" in args.dataset else "test"
+        config = world_config_of(args.policy if args.policy and Path(args.policy).is_dir() else None)
+        rows = generate(split, args.n_world, args.world_seed, config)
+        if args.limit is not None:
+            rows = rows[: args.limit]
+        return [row_to_problem(r) for r in rows], rows
+    problems = load_benchmark(args.dataset, data_dir=args.data_dir, limit=args.limit, source=args.source)
+    return problems, world_rows_of(problems)
+
+
+def world_rows_of(problems: Sequence[Problem]) -> list[dict]:
+    """World rows (with the `world` field) rebuilt from problems, e.g. those of a world JSONL file."""
+    return [{"id": p.id, "question": p.question, "answer": p.answer, **p.meta} for p in problems if "world" in p.meta]
+
+
+class _Lazy:
+    """A generator or verifier loaded on first use, so that a finished run loads no model."""
+
+    def __init__(self, load: Callable[[], Any], what: str):
+        self._load, self._what, self._obj, self.load_seconds = load, what, None, 0.0
+
+    def _get(self) -> Any:
+        if self._obj is None:
+            start = time.perf_counter()
+            try:
+                self._obj = self._load()
+            except EvaluationError:
+                raise
+            except (ImportError, OSError, ValueError) as e:  # a missing extra, a bad path or spec
+                raise EvaluationError(f"loading the {self._what}: {e}") from e
+            self.load_seconds = time.perf_counter() - start
+        return self._obj
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._get(), name)
+
+    def close(self) -> None:
+        """Close the loaded object if it has resources to release (an HTTP client's pool)."""
+        if self._obj is not None and callable(getattr(self._obj, "close", None)):
+            self._obj.close()
+
+    def generate(self, prompts, params):
+        return self._get().generate(prompts, params)
+
+    def score(self, questions, paths):
+        return self._get().score(questions, paths)
+
+    @property
+    def tokens_used(self) -> int:
+        return self._get().tokens_used
+
+
+def build_generator(backend: str, model: str, batch_size: int = 64, device: str | None = None, **options: Any):
+    """A `Generator` for `backend` through `inference.backends.factory.make_generator`.
+
+    `batch_size` and `device` apply to `hf` only; `options` (from `--backend_options`) go to the
+    backend as they are (vllm: `vllm.LLM` settings; openai: `base_url`, `max_concurrency`, ...).
+    """
+    from inference.backends.factory import make_generator
+
+    if backend == "hf":
+        options = {"batch_size": batch_size, "device": device, **options}
+    try:
+        return make_generator(backend, model, **options)
+    except TypeError as e:  # an option the backend does not take
+        raise EvaluationError(f"--backend {backend}: bad --backend_options ({e})") from None
+
+
+# ----------------------------------------------------------------------------------------------
+# resumable output
+
+
+def _fsync_append(path: Path, lines: Sequence[str]) -> None:
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write("".join(lines))
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _read_jsonl(path: Path) -> tuple[list[tuple[int, dict]], bool]:
+    """(line number, row) of every complete line, and whether a partial last line was dropped.
+
+    A last line without its newline is what a killed write leaves; a bad line anywhere else is
+    corruption and raises EvaluationError naming the file and line.
+    """
+    if not path.exists():
+        return [], False
+    lines = path.read_bytes().split(b"\n")
+    partial = lines.pop() != b""
+    rows = []
+    for lineno, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise EvaluationError(f"{path}:{lineno}: not a JSON row ({e}); fix it or pass --overwrite") from None
+        if not isinstance(row, dict):
+            raise EvaluationError(f"{path}:{lineno}: expected a JSON object; fix it or pass --overwrite")
+        rows.append((lineno, row))
+    return rows, partial
+
+
+def read_results(out_dir: str | os.PathLike[str]) -> list[dict]:
+    """The complete rows of a run's results.jsonl (a partial last line is ignored)."""
+    return [row for _, row in _read_jsonl(Path(out_dir) / RESULTS)[0]]
+
+
+def _json_default(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=repr)
+    if hasattr(value, "tolist"):  # numpy / torch scalars and arrays
+        return value.tolist()
+    return repr(value)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, default=_json_default, ensure_ascii=False)
+
+
+def _normalized(value: Any) -> Any:
+    return json.loads(_dumps(value))
+
+
+def problems_fingerprint(problems: Sequence[Problem]) -> str:
+    h = hashlib.sha256()
+    for p in problems:
+        h.update(_dumps([p.id, p.question, p.answer, p.answer_kind, p.options]).encode())
+        h.update(b"\n")
+    return h.hexdigest()[:16]
+
+
+def _recover(out: Path, run_config: dict, problems: Sequence[Problem], overwrite: bool) -> dict[str, Any]:
+    """Prepare `out` for this run: check the stored config, keep complete rows, drop partial lines."""
+    results, config_path, progress = out / RESULTS, out / RUN_CONFIG, out / PROGRESS
+    if overwrite:
+        for p in (results, config_path, progress, out / SUMMARY):
+            p.unlink(missing_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    if config_path.exists():
+        try:
+            stored = json.loads(config_path.read_text())
+        except json.JSONDecodeError as e:
+            raise EvaluationError(f"{config_path}: not JSON ({e}); pass --overwrite") from None
+        if stored != run_config and not _read_jsonl(results)[0]:
+            # nothing was written under the old settings (e.g. a run that failed to load its model)
+            progress.unlink(missing_ok=True)
+            _atomic_write(config_path, json.dumps(run_config, indent=2) + "\n")
+        elif stored != run_config:
+            changed = sorted(k for k in set(stored) | set(run_config) if stored.get(k) != run_config.get(k))
+            details = []
+            for k in changed:
+                a, b = stored.get(k), run_config.get(k)
+                if isinstance(a, dict) and isinstance(b, dict):
+                    sub = sorted(s for s in set(a) | set(b) if a.get(s) != b.get(s))
+                    details.append(f"{k} ({', '.join(f'{s}: {a.get(s)!r} -> {b.get(s)!r}' for s in sub)})")
+                else:
+                    details.append(f"{k} ({a!r} -> {b!r})")
+            raise EvaluationError(
+                f"{out} holds a run with other settings: {'; '.join(details)}. "
+                "Resume with the same settings, choose another --out, or pass --overwrite"
+            )
+    elif results.exists() and results.stat().st_size > 0:
+        raise EvaluationError(f"{results} exists but {config_path.name} does not; pass --overwrite or choose another --out")
+    else:
+        _atomic_write(config_path, json.dumps(run_config, indent=2) + "\n")
+
+    known = {p.id for p in problems}
+    rows, partial = _read_jsonl(results)
+    kept: dict[str, dict] = {}
+    duplicates = 0
+    for lineno, row in rows:
+        pid = row.get("id")
+        if not isinstance(pid, str):
+            raise EvaluationError(f"{results}:{lineno}: row without a string 'id'; pass --overwrite")
+        if pid not in known:
+            raise EvaluationError(f"{results}:{lineno}: id {pid!r} is not a problem of this dataset; pass --overwrite")
+        if pid in kept:
+            duplicates += 1
+            continue
+        kept[pid] = row
+    if partial or duplicates:
+        _atomic_write(results, "".join(_dumps(r) + "\n" for r in kept.values()))
+    progress_rows, progress_partial = _read_jsonl(progress)
+    if progress_partial:
+        _atomic_write(progress, "".join(_dumps(r) + "\n" for _, r in progress_rows))
+    previous_runs = sum(r.get("event") == "start" for _, r in progress_rows)
+    return {"rows": kept, "partial_lines_dropped": int(partial), "duplicate_rows_dropped": duplicates,
+            "run": previous_runs + 1}
+
+
+# ----------------------------------------------------------------------------------------------
+# the run
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed)
+    except ImportError:  # pragma: no cover - numpy is a dependency
+        pass
+    if "torch" in sys.modules:
+        sys.modules["torch"].manual_seed(seed)
+
+
+def _row(problem: Problem, output: MethodOutput, chunk: int) -> dict[str, Any]:
+    if not isinstance(output, MethodOutput):
+        raise EvaluationError(f"the method returned {type(output).__name__}, not a MethodOutput")
+    prediction = output.prediction
+    correct = prediction is not None and is_correct(prediction, problem.answer, problem.answer_kind, problem.options)
+    row: dict[str, Any] = {
+        "id": problem.id,
+        "question": problem.question,
+        "answer": problem.answer,
+        "answer_kind": problem.answer_kind,
+        "prediction": prediction,
+        "correct": bool(correct),
+        "completion": output.completion,
+        "usage": output.usage.to_dict(),
+        "flags": list(output.flags),
+        "trace": output.trace,
+        "chunk": chunk,
+    }
+    if "world" in problem.meta:
+        from reasoning.steps import split_steps
+        from reasoning.world import error_kind
+
+        row["error_kind"] = error_kind(problem, split_steps(output.completion or "").steps)
+    return row
+
+
+def evaluate(
+    method: str | types.ModuleType,
+    problems: Sequence[Problem],
+    generator,
+    verifier=None,
+    config: Any = None,
+    out_dir: str | os.PathLike[str] = "eval_out",
+    *,
+    chunk_size: int = 50,
+    run_info: dict[str, Any] | None = None,
+    verifier_is_reference: bool | None = None,
+    overwrite: bool = False,
+    quiet: bool = False,
+    bootstrap_samples: int = 1000,
+) -> dict[str, Any]:
+    """Run `method` on `problems` in chunks, grade, write `out_dir/results.jsonl` and `summary.json`.
+
+    method: a method name or module (with `Config` and `run`); config: its `Config` (default
+    `Config()`). generator / verifier: as `Tracker` takes them (the verifier may be None).
+    run_info: labels stored in the run config and the summary (dataset, policy, verifier, backend,
+    ...); a re-run with the same `out_dir` resumes only if they, the method config, the problems
+    and `chunk_size` are the same. verifier_is_reference: whether the verifier is an upper
+    reference (default: True for the world's exact verifier). Returns the summary.
+    """
+    module = load_method(method)
+    if config is None:
+        config = module.Config()
+    if not isinstance(config, module.Config):
+        raise EvaluationError(f"config is a {type(config).__name__}, not {module.__name__}.Config")
+    if chunk_size < 1:
+        raise EvaluationError(f"chunk_size must be >= 1, got {chunk_size}")
+    problems = list(problems)
+    ids = [p.id for p in problems]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise EvaluationError(f"problem ids are not unique (e.g. {dup!r})")
+    if verifier_is_reference is None:
+        verifier_is_reference = _is_reference(verifier)
+    name = method_name(module)
+    seed = getattr(config, "seed", None)
+    method_config = _normalized(dataclasses.asdict(config))
+    run_config = _normalized({
+        "method": name,
+        "method_config": method_config,
+        **(run_info or {}),
+        "seed": seed,
+        "chunk_size": chunk_size,
+        "problems": {"n": len(problems), "fingerprint": problems_fingerprint(problems)},
+    })
+    out = Path(out_dir)
+    state = _recover(out, run_config, problems, overwrite)
+    done: dict[str, dict] = state["rows"]
+    if not quiet and (done or state["partial_lines_dropped"] or state["duplicate_rows_dropped"]):
+        print(f"resuming {out}: {len(done)} of {len(problems)} problems done; dropped "
+              f"{state['partial_lines_dropped']} partial line(s) and {state['duplicate_rows_dropped']} duplicate row(s)",
+              file=sys.stderr)
+    _fsync_append(out / PROGRESS, [_dumps({
+        "event": "start", "run": state["run"], "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "rows_resumed": len(done), "partial_lines_dropped": state["partial_lines_dropped"],
+        "duplicate_rows_dropped": state["duplicate_rows_dropped"]}) + "\n"])
+
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(problems), initial=len(done), desc=name, unit="problem", disable=quiet, dynamic_ncols=True)
+    has_seed = any(f.name == "seed" for f in dataclasses.fields(config))
+    try:
+        for c, start in enumerate(range(0, len(problems), chunk_size)):
+            chunk = problems[start : start + chunk_size]
+            todo = [i for i, p in enumerate(chunk) if p.id not in done]
+            if not todo:
+                continue
+            # The whole chunk runs again (same problems, same seed), so the rows written for its
+            # missing problems are those an uninterrupted run writes.
+            t0 = time.perf_counter()
+            load_before = _load_seconds(generator) + _load_seconds(verifier)
+            cseed = chunk_seed(seed if isinstance(seed, int) else 0, c)
+            chunk_config = dataclasses.replace(config, seed=cseed) if has_seed else config
+            _seed_everything(cseed)
+            tracker = Tracker(generator, verifier, len(chunk))
+            try:
+                outputs = module.run(blind(chunk), tracker, chunk_config)
+            except ValueError as e:
+                if verifier is None and "needs a verifier" in str(e):
+                    raise EvaluationError(f"method {name} needs a verifier: pass --verifier") from None
+                raise
+            outputs = list(outputs)
+            if len(outputs) != len(chunk):
+                raise EvaluationError(f"method {name} returned {len(outputs)} outputs for {len(chunk)} problems")
+            rows = [_row(chunk[i], outputs[i], c) for i in todo]
+            _fsync_append(out / RESULTS, [_dumps(r) + "\n" for r in rows])
+            for r in rows:
+                done[r["id"]] = _normalized(r)
+            seconds = time.perf_counter() - t0
+            load = _load_seconds(generator) + _load_seconds(verifier) - load_before
+            _fsync_append(out / PROGRESS, [_dumps({
+                "event": "chunk", "run": state["run"], "chunk": c, "seed": cseed, "problems": len(chunk),
+                "written": len(rows), "seconds": round(seconds, 4), "load_seconds": round(load, 4)}) + "\n"])
+            bar.update(len(rows))
+            finished = [r for r in done.values()]
+            bar.set_postfix(acc=f"{sum(r['correct'] for r in finished) / len(finished):.3f}")
+    finally:
+        bar.close()
+
+    progress_rows = [r for _, r in _read_jsonl(out / PROGRESS)[0]]
+    summary = summarize(
+        [done[i] for i in ids if i in done], progress_rows, n_problems=len(problems),
+        bootstrap_samples=bootstrap_samples)
+    summary = {
+        "method": name,
+        **{k: v for k, v in run_config.items() if k not in ("method", "method_config", "problems")},
+        "verifier_is_reference": bool(verifier_is_reference),
+        **summary,
+        "method_config": method_config,
+        "problems_fingerprint": run_config["problems"]["fingerprint"],
+        "out_dir": str(out),
+    }
+    _atomic_write(out / SUMMARY, json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _load_seconds(obj: Any) -> float:
+    return obj.load_seconds if isinstance(obj, _Lazy) else 0.0
+
+
+def _is_reference(verifier: Any) -> bool:
+    if verifier is None:
+        return False
+    if getattr(verifier, "is_reference", False) is True:
+        return True
+    try:
+        from reward_models.exact import ExactVerifier
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(verifier, ExactVerifier)
+
+
+def bootstrap_interval(correct: int, n: int, samples: int = 1000, seed: int = 0) -> list[float] | None:
+    """95% percentile bootstrap interval of an accuracy (resampling n graded rows with replacement).
+
+    The number correct in a resample is Binomial(n, correct / n), so it is drawn directly.
+    """
+    if n == 0:
+        return None
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    means = rng.binomial(n, correct / n, size=samples) / n
+    lo, hi = np.quantile(means, [0.025, 0.975])
+    return [round(float(lo), 6), round(float(hi), 6)]
+
+
+def summarize(rows: Sequence[dict], progress: Sequence[dict] = (), n_problems: int | None = None,
+              bootstrap_samples: int = 1000) -> dict[str, Any]:
+    """Accuracy, its interval, compute totals and flag counts of result rows (plus timings from progress)."""
+    n = len(rows)
+    correct = sum(bool(r.get("correct")) for r in rows)
+
+    def total(key: str) -> int:
+        return sum(int((r.get("usage") or {}).get(key, 0)) for r in rows)
+
+    prompt, completion, vtokens = total("prompt_tokens"), total("completion_tokens"), total("verifier_tokens")
+    chunks = [p for p in progress if p.get("event") == "chunk"]
+    starts = [p for p in progress if p.get("event") == "start"]
+    wall = sum(float(p.get("seconds", 0.0)) for p in chunks)
+    flags = Counter(f for r in rows for f in set(r.get("flags") or []))
+    occurrences = Counter(f for r in rows for f in (r.get("flags") or []))
+    load = sum(float(p.get("load_seconds", 0.0)) for p in chunks)
+    summary: dict[str, Any] = {
+        "n": n,
+        "n_problems": n if n_problems is None else n_problems,
+        "complete": n_problems is None or n == n_problems,
+        "correct": correct,
+        "accuracy": correct / n if n else 0.0,
+        "accuracy_ci95": bootstrap_interval(correct, n, bootstrap_samples),
+        "bootstrap_samples": bootstrap_samples,
+        "generator_prompt_tokens": prompt,
+        "generator_completion_tokens": completion,
+        "verifier_tokens": vtokens,
+        "total_tokens": prompt + completion + vtokens,
+        "tokens_per_problem": (prompt + completion + vtokens) / n if n else 0.0,
+        "llm_calls": total("llm_calls"),
+        "verifier_calls": total("verifier_calls"),
+        "wall_seconds": round(wall, 3),
+        "load_seconds": round(load, 3),
+        "method_seconds": round(wall - load, 3),
+        "seconds_per_problem": round((wall - load) / n, 4) if n else 0.0,
+        "no_prediction": sum(r.get("prediction") is None for r in rows),
+        "flags": dict(sorted(flags.items())),
+        "flag_occurrences": dict(sorted(occurrences.items())),
+    }
+    kinds = [r for r in rows if "error_kind" in r]
+    if kinds:
+        mix = Counter((r["error_kind"] or "unknown") for r in kinds if not r.get("correct"))
+        summary["error_mix"] = dict(mix.most_common())
+    summary["runs"] = len(starts)
+    summary["resume"] = {
+        "partial_lines_dropped": sum(int(p.get("partial_lines_dropped", 0)) for p in starts),
+        "duplicate_rows_dropped": sum(int(p.get("duplicate_rows_dropped", 0)) for p in starts),
+        "chunks_run": len(chunks),
+    }
+    return summary
+
+
+# ----------------------------------------------------------------------------------------------
+# command line
+
+
+def run_from_args(args: EvalArguments, module: types.ModuleType, config: Any) -> dict[str, Any]:
+    """Load the data, the (lazy) generator and verifier of the CLI settings, and evaluate."""
+    if args.backend == "hf" and not Path(args.policy).is_dir():
+        raise EvaluationError(f"--policy {args.policy}: no such directory (the hf backend loads a save_pretrained folder)")
+    problems, world_rows = load_problems(args)
+    if not problems:
+        raise EvaluationError(f"--dataset {args.dataset}: no problems to evaluate")
+    backend_kwargs = args.backend_kwargs()
+    generator = _Lazy(lambda: build_generator(args.backend, args.policy, batch_size=args.batch_size,
+                                              device=args.device, **backend_kwargs), "generator")
+    verifier = None
+    if args.verifier:
+        from reward_models.load import load_verifier
+
+        spec = args.verifier
+        if spec == "exact" and not world_rows:
+            raise EvaluationError("the exact verifier checks world problems only: use --dataset world or a world JSONL")
+        if spec == "confidence" and not Path(args.policy).is_dir():
+            raise EvaluationError("the confidence verifier reads the probabilities of a local policy: "
+                                  f"--policy {args.policy} is not a directory")
+        if spec == "exact":  # cheap: built now, so a bad spec fails before any generation
+            verifier = load_verifier(spec, args.policy, world_rows=world_rows)
+        else:
+            if spec not in ("confidence",) and ":" not in spec and not Path(spec).is_dir():
+                raise EvaluationError(f"--verifier {spec}: no such directory, and not one of confidence, exact, "
+                                      "math-shepherd:PATH, token-prm:PATH")
+            verifier = _Lazy(lambda: load_verifier(spec, args.policy, world_rows=world_rows,
+                                                   batch_size=args.verifier_batch_size, device=args.device), "verifier")
+    run_info = {"dataset": args.dataset, "policy": args.policy, "verifier": args.verifier, "backend": args.backend,
+                "backend_options": backend_kwargs or None, "batch_size": args.batch_size, "limit": args.limit}
+    if args.dataset == "world" or args.dataset.startswith("world:"):
+        run_info.update(n_world=args.n_world, world_seed=args.world_seed)
+    try:
+        return evaluate(module, problems, generator, verifier, config, args.out, chunk_size=args.chunk_size,
+                        run_info=run_info, verifier_is_reference=args.verifier == "exact", overwrite=args.overwrite,
+                        quiet=args.quiet, bootstrap_samples=args.bootstrap_samples)
+    finally:
+        for obj in (generator, verifier):
+            if isinstance(obj, _Lazy):
+                obj.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        args, module, config = parse_args(argv)
+    except SystemExit as e:  # argparse: --help (0) or a bad flag or value (2), message printed
+        return e.code if isinstance(e.code, int) else 2
+    except EvaluationError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
+        summary = run_from_args(args, module, config)
+    except (EvaluationError, DatasetError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""Bootstrap intervals for accuracies and for paired differences of accuracies.
+
+Comparisons in this toolkit are paired: every policy or method answers the same problems, so the
+interval of a difference resamples problems once and takes both outcomes of each drawn problem.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+
+def _check(values: Sequence[float], name: str) -> list[float]:
+    out = [float(v) for v in values]
+    if not out:
+        raise ValueError(f"{name}: no values to bootstrap")
+    return out
+
+
+def _percentiles(samples: list[float], confidence: float) -> tuple[float, float]:
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    samples.sort()
+    alpha = (1 - confidence) / 2
+    lo = samples[int(alpha * (len(samples) - 1))]
+    hi = samples[int(round((1 - alpha) * (len(samples) - 1)))]
+    return lo, hi
+
+
+def bootstrap_ci(values: Sequence[float], resamples: int = 2000, confidence: float = 0.95,
+                 seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of `values` (e.g. 0/1 correctness)."""
+    xs = _check(values, "bootstrap_ci")
+    rng = random.Random(seed)
+    n = len(xs)
+    means = [sum(xs[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples)]
+    return _percentiles(means, confidence)
+
+
+def paired_bootstrap_diff(before: Sequence[float], after: Sequence[float], resamples: int = 2000,
+                          confidence: float = 0.95, seed: int = 0) -> dict[str, float]:
+    """Mean of `after - before` over paired items and its percentile bootstrap interval."""
+    a, b = _check(before, "before"), _check(after, "after")
+    if len(a) != len(b):
+        raise ValueError(f"paired bootstrap needs the same items: {len(a)} before, {len(b)} after")
+    diffs = [y - x for x, y in zip(a, b)]
+    rng = random.Random(seed)
+    n = len(diffs)
+    means = [sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples)]
+    lo, hi = _percentiles(means, confidence)
+    return {"diff": sum(diffs) / n, "ci_low": lo, "ci_high": hi, "n": n}
