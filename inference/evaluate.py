@@ -993,7 +993,10 @@ def run_from_args(args: EvalArguments, module: types.ModuleType, config: Any) ->
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if os.environ.setdefault("OMP_NUM_THREADS", "1") == "1":
+        import torch
+
+        torch.set_num_threads(1)  # torch read the thread count at import; one thread per process
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         args, module, config = parse_args(argv)

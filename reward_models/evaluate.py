@@ -524,7 +524,10 @@ def evaluate(args: EvalArguments) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     from trl import TrlParser
 
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if os.environ.setdefault("OMP_NUM_THREADS", "1") == "1":
+        import torch
+
+        torch.set_num_threads(1)  # torch read the thread count at import; one thread per process
     try:
         (args,) = TrlParser((EvalArguments,)).parse_args_and_config(args=argv)
         result = evaluate(args)

@@ -559,7 +559,10 @@ def train_verifier(
 def main(argv: list[str] | None = None) -> int:
     from trl import TrlParser
 
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if os.environ.setdefault("OMP_NUM_THREADS", "1") == "1":
+        import torch
+
+        torch.set_num_threads(1)  # torch read the thread count at import; one thread per process
     parser = TrlParser((PSVArguments, PSVTrainingConfig))
     try:
         args, training_args = parser.parse_args_and_config(args=argv)

@@ -163,7 +163,10 @@ def run(args: WorldSFTArguments, training_args) -> dict:
 def main(argv: list[str] | None = None) -> int:
     from trl import TrlParser
 
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if os.environ.setdefault("OMP_NUM_THREADS", "1") == "1":
+        import torch
+
+        torch.set_num_threads(1)  # torch read the thread count at import; one thread per process
     parser = TrlParser((WorldSFTArguments, WorldSFTConfig))
     args, training_args = parser.parse_args_and_config(args=argv)
     try:
