@@ -1,0 +1,134 @@
+"""Settings of step-level PPO (`accelerate launch rl/ppo_step.py`), TRL-style: a `TrainingArguments`
+subclass whose defaults are the embedded CPU run; a YAML recipe (`--config`) turns it into a GPU run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from transformers import TrainingArguments
+
+REWARD_MODES = ("step", "outcome", "gold", "step+gold")
+SHAPING_MODES = ("raw", "centered", "delta", "min")
+ADVANTAGE_ESTIMATORS = ("gae", "rloo")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+
+
+@dataclass
+class StepPPOConfig(TrainingArguments):
+    """Step-level PPO with process-supervised rewards (Math-Shepherd's step-by-step PPO)."""
+
+    output_dir: str | None = field(default="outputs/ppo_step", metadata={"help": "Run directory."})
+
+    # --- models -------------------------------------------------------------------------------
+    policy: str = field(default="outputs/sft_tiny", metadata={"help": "SFT policy directory or Hub id."})
+    verifier: str = field(
+        default="outputs/psv_tiny",
+        metadata={"help": "Verifier spec (reward_models.load): a PSV directory, 'exact' (world only), ..."},
+    )
+    build_missing: bool = field(
+        default=True,
+        metadata={"help": "Build the tiny SFT policy and PSV first when `policy` / `verifier` are the default "
+                          "paths and absent (the no-argument CPU run)."},
+    )
+    critic_init: str = field(
+        default="verifier",
+        metadata={"help": "Critic start: 'verifier' (the PSV's weights, TRL's choice of a reward model as "
+                          "value model; needs the policy's tokenizer) or 'policy' (the policy backbone, new head)."},
+    )
+    use_peft: bool = field(default=False, metadata={"help": "Train LoRA adapters; the reference is the base "
+                                                             "with adapters disabled."})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha."})
+    lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout."})
+    lora_target_modules: str = field(default="all-linear", metadata={"help": "LoRA target modules (comma list)."})
+    dtype: str = field(default="auto", metadata={"help": "Model dtype: auto (float32 on CPU), bfloat16, float32."})
+
+    # --- data ---------------------------------------------------------------------------------
+    dataset: str = field(default="world", metadata={"help": "Prompts: 'world', a benchmark name or a JSONL file."})
+    n_prompts: int = field(default=4000, metadata={"help": "World training prompts (a seed unseen in SFT)."})
+    eval_dataset: str = field(default="world", metadata={"help": "Greedy evaluation set: 'world', a benchmark, "
+                                                                  "a JSONL file, or 'none'."})
+    n_eval: int = field(default=500, metadata={"help": "Evaluation problems (world: the test split)."})
+    world_seed: int = field(default=0, metadata={"help": "Seed of the world's test split (as in SFT)."})
+
+    # --- rollouts -----------------------------------------------------------------------------
+    num_updates: int = field(default=60, metadata={"help": "PPO updates (rollout batch, then optimisation)."})
+    prompts_per_update: int = field(default=16, metadata={"help": "Prompts per update per process."})
+    samples_per_prompt: int = field(default=4, metadata={"help": "Responses sampled per prompt."})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of rollouts."})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling of rollouts."})
+    max_new_tokens: int = field(default=128, metadata={"help": "Response length limit."})
+    rollout_backend: str = field(default="hf", metadata={"help": "hf (transformers generate) or vllm (GPU)."})
+    generation_batch_size: int = field(default=128, metadata={"help": "Sequences per generate call."})
+
+    # --- rewards ------------------------------------------------------------------------------
+    reward: str = field(default="step", metadata={"help": f"Reward: {', '.join(REWARD_MODES)}."})
+    reward_shaping: str = field(default="delta", metadata={"help": f"Step score shaping: {', '.join(SHAPING_MODES)}."})
+    step_reward_weight: float = field(default=1.0, metadata={"help": "Scale of verifier rewards."})
+    gold_reward_weight: float = field(default=1.0, metadata={"help": "Scale of the gold outcome reward (1 right, 0 wrong)."})
+    missing_eos_penalty: float = field(default=1.0, metadata={"help": "Subtracted at the last token of a truncated response."})
+    no_answer_penalty: float = field(default=0.5, metadata={"help": "Subtracted at the last token of a response with no answer."})
+    reward_clip: float | None = field(default=None, metadata={"help": "Clip each placed reward to [-c, c]."})
+    reward_normalize: bool = field(default=False, metadata={"help": "Divide rewards by their running std."})
+
+    # --- PPO ----------------------------------------------------------------------------------
+    advantage_estimator: str = field(default="gae", metadata={"help": "gae (critic) or rloo (leave-one-out baseline, no critic)."})
+    gamma: float = field(default=1.0, metadata={"help": "Discount."})
+    lam: float = field(default=0.95, metadata={"help": "GAE lambda."})
+    whiten_advantages: bool = field(default=True, metadata={"help": "Normalise advantages per batch."})
+    ppo_epochs: int = field(default=2, metadata={"help": "Optimisation passes over each rollout batch."})
+    num_mini_batches: int = field(default=2, metadata={"help": "Minibatches per pass."})
+    cliprange: float = field(default=0.2, metadata={"help": "Policy ratio clip."})
+    cliprange_value: float = field(default=0.2, metadata={"help": "Value clip."})
+    vf_coef: float = field(default=0.5, metadata={"help": "Value loss weight."})
+    kl_coef: float = field(default=0.05, metadata={"help": "KL penalty coefficient (initial, if adaptive)."})
+    kl_estimator: str = field(default="k1", metadata={"help": f"Per-token KL estimator: {', '.join(KL_ESTIMATORS)}."})
+    adaptive_kl: bool = field(default=False, metadata={"help": "Ziegler et al.'s adaptive KL controller."})
+    kl_target: float = field(default=0.5, metadata={"help": "Adaptive KL: target KL per response."})
+    kl_horizon: int = field(default=10000, metadata={"help": "Adaptive KL: horizon in responses."})
+    critic_learning_rate: float | None = field(default=None, metadata={"help": "Critic learning rate (default: learning_rate)."})
+    critic_warmup_updates: int = field(default=5, metadata={"help": "Updates that train only the critic first."})
+
+    # --- optimisation (TrainingArguments fields with the CPU defaults) ------------------------
+    learning_rate: float = field(default=3e-5, metadata={"help": "Policy learning rate."})
+    lr_scheduler_type: str = field(default="constant", metadata={"help": "Learning-rate schedule."})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping."})
+    bf16: bool | None = field(default=False, metadata={"help": "bf16 mixed precision (GPU recipes)."})
+    seed: int = field(default=0, metadata={"help": "Seed of prompt order, sampling and initialisation."})
+    save_steps: float = field(default=20, metadata={"help": "Checkpoint every N updates (0: only at the end)."})
+    save_total_limit: int | None = field(default=2, metadata={"help": "Checkpoints kept."})
+    logging_steps: float = field(default=1, metadata={"help": "Log every N updates."})
+    greedy_eval_batch_size: int = field(default=100, metadata={"help": "Batch size of greedy evaluation."})
+    bootstrap_resamples: int = field(default=2000, metadata={"help": "Resamples of the paired bootstrap."})
+
+    def validate(self) -> None:
+        def choose(name, value, options):
+            if value not in options:
+                raise ValueError(f"--{name} must be one of {', '.join(options)}; got {value!r}")
+
+        choose("reward", self.reward, REWARD_MODES)
+        choose("reward_shaping", self.reward_shaping, SHAPING_MODES)
+        choose("advantage_estimator", self.advantage_estimator, ADVANTAGE_ESTIMATORS)
+        choose("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
+        choose("critic_init", self.critic_init, ("verifier", "policy"))
+        choose("rollout_backend", self.rollout_backend, ("hf", "vllm"))
+        for name in ("num_updates", "prompts_per_update", "samples_per_prompt", "max_new_tokens", "ppo_epochs",
+                     "num_mini_batches", "n_prompts", "generation_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        if self.temperature <= 0:
+            raise ValueError(f"--temperature must be > 0 for PPO rollouts, got {self.temperature}")
+        if not 0 <= self.gamma <= 1 or not 0 <= self.lam <= 1:
+            raise ValueError("--gamma and --lam must be in [0, 1]")
+        if self.advantage_estimator == "rloo" and self.samples_per_prompt < 2:
+            raise ValueError("--advantage_estimator rloo needs --samples_per_prompt >= 2")
+        batch = self.prompts_per_update * self.samples_per_prompt
+        if batch % self.num_mini_batches:
+            raise ValueError(f"prompts_per_update * samples_per_prompt ({batch}) must be divisible by "
+                             f"num_mini_batches ({self.num_mini_batches})")
+        if self.kl_coef < 0:
+            raise ValueError(f"--kl_coef must be >= 0, got {self.kl_coef}")
+        if self.reward_clip is not None and self.reward_clip <= 0:
+            raise ValueError(f"--reward_clip must be > 0, got {self.reward_clip}")

@@ -1,0 +1,132 @@
+"""Loading what a PPO run needs: policy (optionally with LoRA), critic, verifier, prompts; and the
+tiny SFT policy and PSV of the no-argument CPU run, built first when absent.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from reasoning.benchmarks import load_benchmark, load_jsonl_problems
+from reasoning.types import Problem
+from reasoning.world import generate, row_to_problem, world_config_of
+from rl.ppo_config import StepPPOConfig
+
+DEFAULT_POLICY = "outputs/sft_tiny"
+DEFAULT_VERIFIER = "outputs/psv_tiny"
+# World training prompts of PPO use a seed SFT never saw (SFT: world_seed), so rollouts are fresh.
+PROMPT_SEED_OFFSET = 1
+
+
+def _log(msg: str) -> None:
+    print(f"[ppo_step] {msg}", file=sys.stderr, flush=True)
+
+
+def build_default_policy(path: str = DEFAULT_POLICY) -> None:
+    """The tiny SFT policy of `python -m rl.sft` with its embedded defaults (~8 min on 2 cores)."""
+    from rl import sft
+
+    _log(f"no policy at {path}: training the tiny SFT policy first (python -m rl.sft --output_dir {path})")
+    code = sft.main(["--output_dir", path])
+    if code:
+        raise RuntimeError(f"building the default policy failed with exit code {code}")
+
+
+def build_default_verifier(policy: str, path: str = DEFAULT_VERIFIER, n_problems: int = 300,
+                           epochs: float = 2.0) -> None:
+    """A PSV from StepCo-tree annotation of the policy's own paths (the best F1 of the annotation
+    methods on the world, README), trained from the policy's backbone (~2 min on 2 cores)."""
+    from reward_models.annotate import AnnotateConfig, annotate
+    from reward_models.train import train_verifier
+
+    start = time.time()
+    rows_path = f"{path}.annotation.jsonl"
+    _log(f"no verifier at {path}: annotating {n_problems} world train problems with the StepCo tree")
+    cfg = AnnotateConfig(method="tree", policy=policy, out=rows_path, n=n_problems, seed=1, disable_tqdm=True)
+    annotate(cfg)
+    rows = [json.loads(line) for line in Path(rows_path).read_text().splitlines() if line.strip()]
+    _log(f"training the PSV on {len(rows)} annotated paths")
+    train_verifier(rows, init_from=policy, output_dir=path, num_train_epochs=epochs)
+    _log(f"verifier ready in {time.time() - start:.0f}s")
+
+
+def ensure_default_models(args: StepPPOConfig, is_main: bool) -> None:
+    if not args.build_missing or not is_main:
+        return
+    if args.policy == DEFAULT_POLICY and not Path(args.policy).exists():
+        build_default_policy(args.policy)
+    if args.verifier == DEFAULT_VERIFIER and not Path(args.verifier).exists():
+        build_default_verifier(args.policy, args.verifier)
+
+
+def _dtype(args: StepPPOConfig):
+    if args.dtype == "auto":
+        return torch.bfloat16 if args.bf16 else torch.float32
+    return {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[args.dtype]
+
+
+def load_policy(args: StepPPOConfig):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(args.policy)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    policy = AutoModelForCausalLM.from_pretrained(args.policy, dtype=_dtype(args))
+    policy.generation_config.pad_token_id = tokenizer.pad_token_id
+    if args.gradient_checkpointing:
+        policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        policy.config.use_cache = False
+    if args.use_peft:
+        from peft import LoraConfig, get_peft_model
+
+        targets = args.lora_target_modules
+        targets = targets if targets == "all-linear" else [t.strip() for t in targets.split(",")]
+        policy = get_peft_model(policy, LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
+                                                   target_modules=targets, task_type="CAUSAL_LM"))
+    return policy, tokenizer
+
+
+def load_critic(args: StepPPOConfig, tokenizer):
+    """A token-classification model with one label: the PSV's weights or the policy's backbone."""
+    from reward_models.load import psv_dir_kind
+    from reward_models.psv import init_psv_from_policy, load_psv_model
+
+    if args.critic_init == "verifier" and psv_dir_kind(args.verifier) == "full":
+        critic, critic_tok = load_psv_model(args.verifier, dtype=_dtype(args))
+        if critic_tok.get_vocab() != tokenizer.get_vocab():
+            _log("the verifier's tokenizer differs from the policy's: the critic starts from the policy instead")
+            critic, _ = init_psv_from_policy(args.policy, dtype=_dtype(args))
+    else:
+        critic, _ = init_psv_from_policy(args.policy, dtype=_dtype(args))
+    critic.config.pad_token_id = tokenizer.pad_token_id
+    if args.use_peft:
+        from peft import LoraConfig, get_peft_model
+
+        # the value head is trained in full (modules_to_save), the backbone through adapters
+        critic = get_peft_model(critic, LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, target_modules="all-linear",
+                                                   exclude_modules=["score"], modules_to_save=["score"],
+                                                   task_type="TOKEN_CLS"))
+    return critic
+
+
+def load_problems(name: str, n: int, args: StepPPOConfig, split: str) -> tuple[list[Problem], list[dict]]:
+    """Problems and, for the world, their rows (the `exact` verifier reads them)."""
+    if name == "world":
+        seed = args.world_seed + (PROMPT_SEED_OFFSET if split == "train" else 0)
+        rows = generate(split, n, seed, world_config_of(args.policy))
+        return [row_to_problem(r) for r in rows], rows
+    if name.endswith(".jsonl"):
+        problems = load_jsonl_problems(name)
+    else:
+        problems = load_benchmark(name)
+    return list(problems)[:n], []
+
+
+def load_verifier_for(args: StepPPOConfig, world_rows: list[dict], device):
+    from reward_models.load import load_verifier
+
+    return load_verifier(args.verifier, args.policy, world_rows=world_rows, device=str(device))

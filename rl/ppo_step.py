@@ -1,0 +1,56 @@
+"""Step-level PPO with a process-supervised verifier as the reward.
+
+    accelerate launch rl/ppo_step.py [--config configs/ppo/world_compare.yaml] [--reward step] [...]
+
+With no arguments: the arithmetic world, the tiny SFT policy and PSV (built first when absent),
+step-PPO, then greedy accuracy on the world test split before and after, on one CPU process.
+Writes OUTPUT_DIR/metrics.jsonl (one line per update), OUTPUT_DIR/eval.json, checkpoints and the
+trained policy (OUTPUT_DIR/policy).
+"""
+
+import os
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # `accelerate launch rl/ppo_step.py` runs this file as a script
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def main(argv: list[str] | None = None) -> int:
+    import json
+
+    from trl import TrlParser
+
+    from rl.ppo_config import StepPPOConfig
+    from rl.ppo_setup import ensure_default_models, load_critic, load_policy, load_problems, load_verifier_for
+    from rl.ppo_trainer import StepPPOTrainer
+
+    (args,) = TrlParser((StepPPOConfig,)).parse_args_and_config(args=argv)
+    try:
+        args.validate()
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    from accelerate import PartialState
+
+    state = PartialState()
+    ensure_default_models(args, state.is_main_process)
+    state.wait_for_everyone()
+    train, train_rows = load_problems(args.dataset, args.n_prompts, args, "train")
+    evaluation = [] if args.eval_dataset == "none" else load_problems(args.eval_dataset, args.n_eval, args, "test")[0]
+    policy, tokenizer = load_policy(args)
+    critic = load_critic(args, tokenizer)
+    verifier = None
+    if args.reward != "gold":
+        verifier = load_verifier_for(args, train_rows, state.device)
+    trainer = StepPPOTrainer(args, policy, tokenizer, critic, verifier, train, evaluation)
+    result = trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+    if state.is_main_process:
+        print(json.dumps({k: v for k, v in result.items() if not isinstance(v, dict)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,678 @@
+"""The step-level PPO trainer: rollouts, verifier rewards at step ends, GAE, clipped updates.
+
+The update math lives in `rl/ppo_math.py` and the placement of step rewards on tokens in
+`rl/step_rewards.py`; this file is the plumbing around them (accelerate, LoRA, checkpoints, logs).
+
+One update:
+
+1. each process samples `prompts_per_update` prompts and `samples_per_prompt` responses each;
+2. the verifier scores every step of every response in one batched pass; rewards go on the token
+   that ends each step (`step`), on the last token only (`outcome`: the verifier's score of the
+   whole path, `gold`: answer correctness), or both (`step+gold`); truncated responses and
+   responses without an answer get a penalty at their last token;
+3. old log-probabilities, reference log-probabilities (the base with adapters disabled under
+   LoRA) and values are computed; a per-token KL penalty joins the rewards;
+4. GAE (or a leave-one-out baseline) gives advantages and returns, then `ppo_epochs` passes of
+   minibatches minimise the clipped policy and value losses.
+
+Policy and critic are wrapped in one module so DDP and DeepSpeed see one model and one optimizer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from reasoning.grading import grade
+from reasoning.prompts import solve_prompt
+from reasoning.steps import split_steps
+from reasoning.types import Problem
+from reward_models.annotate import has_answer
+from rl import ppo_math as M
+from rl.ppo_config import StepPPOConfig
+from rl.step_rewards import (
+    RunningMeanStd,
+    assign_rewards,
+    char_to_token_positions,
+    clip_rewards,
+    offsets_from_token_ids,
+    shape_step_rewards,
+    step_end_char_positions,
+)
+
+
+class PolicyAndCritic(nn.Module):
+    """The policy (causal LM) and the critic (one scalar per token) as one module."""
+
+    def __init__(self, policy: nn.Module, critic: nn.Module):
+        super().__init__()
+        self.policy = policy
+        self.critic = critic
+
+    def forward(self, input_ids, attention_mask, position_ids, with_values: bool = True):
+        logits = self.policy(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+        values = None
+        if with_values:
+            values = self.critic(input_ids=input_ids, attention_mask=attention_mask,
+                                 position_ids=position_ids).logits.squeeze(-1)
+        return logits, values
+
+
+@dataclass
+class Rollouts:
+    """One update's batch on this process; tensors are [N, ...] with N = prompts * samples."""
+
+    query_ids: torch.Tensor  # [N, P] left-padded
+    query_mask: torch.Tensor
+    response_ids: torch.Tensor  # [N, R] right-padded with pad
+    response_mask: torch.Tensor  # 1 on response tokens (EOS included)
+    texts: list[str]
+    problems: list[Problem]
+
+
+def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+class StepPPOTrainer:
+    def __init__(self, config: StepPPOConfig, policy, tokenizer, critic, verifier, train_problems: list[Problem],
+                 eval_problems: list[Problem] | None = None, ref_policy=None):
+        from accelerate import Accelerator
+        from accelerate.utils import set_seed
+
+        config.validate()
+        self.args = config
+        log_with = [r for r in _report_to(config.report_to)]
+        self.accelerator = Accelerator(log_with=log_with or None,
+                                       mixed_precision="bf16" if config.bf16 else "no")
+        set_seed(config.seed)
+        self.tokenizer = tokenizer
+        if tokenizer.pad_token_id is None:
+            raise ValueError("the policy tokenizer needs a pad token")
+        self.verifier = verifier
+        if not train_problems:
+            raise ValueError("no training prompts")
+        self.train_problems = list(train_problems)
+        self.eval_problems = list(eval_problems or [])
+        self.is_peft = hasattr(policy, "disable_adapter")
+        if ref_policy is None and not self.is_peft:
+            import copy
+
+            ref_policy = copy.deepcopy(policy).requires_grad_(False).eval()
+        if config.advantage_estimator != "gae":
+            critic.requires_grad_(False)  # no critic loss: frozen, so DDP sees no unused trainable weights
+        self.model = PolicyAndCritic(policy, critic)
+        params = [
+            {"params": [p for p in policy.parameters() if p.requires_grad], "lr": config.learning_rate},
+            {"params": [p for p in critic.parameters() if p.requires_grad],
+             "lr": config.critic_learning_rate or config.learning_rate},
+        ]
+        self.optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay,
+                                           eps=config.adam_epsilon, betas=(config.adam_beta1, config.adam_beta2))
+        from transformers import get_scheduler
+
+        total_steps = config.num_updates * config.ppo_epochs * config.num_mini_batches
+        warmup = config.get_warmup_steps(total_steps) if hasattr(config, "get_warmup_steps") else 0
+        self.scheduler = get_scheduler(config.lr_scheduler_type, self.optimizer, num_warmup_steps=warmup,
+                                       num_training_steps=total_steps)
+        self.model, self.optimizer, self.scheduler = self.accelerator.prepare(self.model, self.optimizer, self.scheduler)
+        self.ref_policy = None
+        if ref_policy is not None:
+            if self.accelerator.state.deepspeed_plugin is not None:
+                from trl.models.utils import prepare_deepspeed
+
+                self.ref_policy = prepare_deepspeed(ref_policy, self.accelerator)
+            else:
+                self.ref_policy = ref_policy.to(self.accelerator.device).eval()
+        if config.adaptive_kl:
+            self.kl_ctl = M.AdaptiveKLController(config.kl_coef, config.kl_target, config.kl_horizon)
+        else:
+            self.kl_ctl = M.FixedKLController(config.kl_coef)
+        self.reward_stats = RunningMeanStd()
+        self.update = 0
+        self.skipped_batches = 0
+        self.out = Path(config.output_dir)
+        self.vllm_engine = None
+        if self.accelerator.is_main_process:
+            self.out.mkdir(parents=True, exist_ok=True)
+
+    # ------------------------------------------------------------------------------------------
+    # rollouts
+
+    def _unwrapped_policy(self):
+        return self.accelerator.unwrap_model(self.model).policy
+
+    @contextmanager
+    def _policy_for_generation(self):
+        """The policy with whole weights: under ZeRO-3 its shards are gathered for generation."""
+        policy = self._unwrapped_policy()
+        plugin = self.accelerator.state.deepspeed_plugin
+        if plugin is not None and plugin.zero_stage == 3:  # pragma: no cover - GPU only
+            import deepspeed
+
+            with deepspeed.zero.GatheredParameters(list(policy.parameters())):
+                yield policy
+        else:
+            yield policy
+
+    def _prompts_for_update(self, update: int) -> list[Problem]:
+        """Prompts of this update on this process: deterministic in (seed, update, rank)."""
+        rng = random.Random(f"{self.args.seed}/{update}/{self.accelerator.process_index}")
+        return [self.train_problems[rng.randrange(len(self.train_problems))]
+                for _ in range(self.args.prompts_per_update)]
+
+    @torch.no_grad()
+    def generate(self, update: int) -> Rollouts:
+        args, tok = self.args, self.tokenizer
+        problems = [p for p in self._prompts_for_update(update) for _ in range(args.samples_per_prompt)]
+        prompts = [solve_prompt(p.question) for p in problems]
+        torch.manual_seed(args.seed * 100003 + update * 1009 + self.accelerator.process_index)
+        if args.rollout_backend == "vllm":
+            response_lists = self._generate_vllm(prompts)
+        else:
+            response_lists = self._generate_hf(prompts)
+        tok.padding_side = "left"
+        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        width = max(1, max(len(r) for r in response_lists))
+        response_ids = torch.full((len(prompts), width), tok.pad_token_id, dtype=torch.long)
+        response_mask = torch.zeros((len(prompts), width), dtype=torch.float)
+        texts = []
+        for i, ids in enumerate(response_lists):
+            if ids:
+                response_ids[i, : len(ids)] = torch.tensor(ids)
+                response_mask[i, : len(ids)] = 1.0
+            body = ids[:-1] if ids and ids[-1] == tok.eos_token_id else ids
+            texts.append(tok.decode(body, skip_special_tokens=True))
+        device = self.accelerator.device
+        return Rollouts(enc["input_ids"].to(device), enc["attention_mask"].to(device), response_ids.to(device),
+                        response_mask.to(device), texts, problems)
+
+    def _generate_hf(self, prompts: list[str]) -> list[list[int]]:
+        args, tok = self.args, self.tokenizer
+        tok.padding_side = "left"
+        out: list[list[int]] = []
+        with self._policy_for_generation() as policy:
+            was_training = policy.training
+            policy.eval()
+            for start in range(0, len(prompts), args.generation_batch_size):
+                chunk = prompts[start : start + args.generation_batch_size]
+                enc = tok(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(self.accelerator.device)
+                gen = policy.generate(**enc, max_new_tokens=args.max_new_tokens, do_sample=True,
+                                      temperature=args.temperature, top_p=args.top_p, top_k=0,
+                                      pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, use_cache=True)
+                for row in gen[:, enc["input_ids"].shape[1] :].tolist():
+                    if tok.eos_token_id in row:
+                        row = row[: row.index(tok.eos_token_id) + 1]
+                    else:
+                        while row and row[-1] == tok.pad_token_id and tok.pad_token_id != tok.eos_token_id:
+                            row.pop()
+                    out.append(row)
+            if was_training:
+                policy.train()
+        return out
+
+    def _generate_vllm(self, prompts: list[str]) -> list[list[int]]:
+        try:
+            import vllm
+        except ImportError as err:  # pragma: no cover - GPU extra
+            raise ImportError("rollout_backend=vllm needs the vllm extra: pip install 'steprl[vllm]' "
+                              "(GPU only)") from err
+        args = self.args
+        policy = self._unwrapped_policy()
+        if self.vllm_engine is None:  # pragma: no cover - GPU only
+            staging = self.out / "vllm_policy"
+            if self.accelerator.is_local_main_process:
+                _save_policy(policy, self.tokenizer, staging)
+            self.accelerator.wait_for_everyone()
+            self.vllm_engine = vllm.LLM(model=str(staging), enable_prefix_caching=True, gpu_memory_utilization=0.3,
+                                        seed=args.seed)
+        # Push the current weights into the engine before sampling (merged LoRA weights under peft).
+        state = _merged_state_dict(policy)  # pragma: no cover - GPU only
+        runner = self.vllm_engine.llm_engine.model_executor.driver_worker.model_runner  # pragma: no cover
+        runner.model.load_weights(state.items())  # pragma: no cover
+        params = vllm.SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_new_tokens)
+        outputs = self.vllm_engine.generate(prompts, params, use_tqdm=False)  # pragma: no cover
+        eos = self.tokenizer.eos_token_id
+        result = []
+        for o in outputs:  # pragma: no cover
+            ids = list(o.outputs[0].token_ids)
+            if o.outputs[0].finish_reason == "stop" and (not ids or ids[-1] != eos):
+                ids.append(eos)
+            result.append(ids)
+        return result
+
+    # ------------------------------------------------------------------------------------------
+    # rewards
+
+    def rewards(self, batch: Rollouts) -> tuple[torch.Tensor, dict[str, float]]:
+        """Placed rewards [N, R] (before the KL penalty) and reward statistics of this batch."""
+        args, tok = self.args, self.tokenizer
+        n, width = batch.response_ids.shape
+        lengths = batch.response_mask.sum(-1).long().tolist()
+        paths = [split_steps(t) for t in batch.texts]
+        use_verifier = args.reward in ("step", "outcome", "step+gold")
+        use_gold = args.reward in ("gold", "step+gold")
+        scores: list[list[float] | None] = [None] * n
+        if use_verifier:
+            idx = [i for i, p in enumerate(paths) if p.steps and all(s.strip() for s in p.steps)]
+            if idx:
+                got = self.verifier.score([batch.problems[i].question for i in idx], [paths[i].steps for i in idx])
+                for i, s in zip(idx, got):
+                    scores[i] = s
+        rewards = torch.zeros((n, width))
+        stats = {"truncated": 0, "no_answer": 0, "no_steps": 0, "correct": 0, "steps": 0, "step_score_sum": 0.0,
+                 "scored_steps": 0, "verifier_total": 0.0, "gold_total": 0.0, "penalty_total": 0.0}
+        for i in range(n):
+            ids = batch.response_ids[i, : lengths[i]].tolist()
+            has_eos = bool(ids) and ids[-1] == tok.eos_token_id
+            body = ids[:-1] if has_eos else ids
+            n_tokens = max(lengths[i], 1)
+            path = paths[i]
+            stats["steps"] += len(path.steps)
+            step_rewards: list[float] = []
+            positions: list[int] = []
+            outcome = 0.0
+            if scores[i] is not None:
+                s = scores[i]
+                stats["step_score_sum"] += sum(s)
+                stats["scored_steps"] += len(s)
+                if args.reward in ("step", "step+gold"):
+                    ends = step_end_char_positions(batch.texts[i])
+                    if len(ends) == len(s) and body:
+                        offsets = offsets_from_token_ids(tok, body)
+                        positions = char_to_token_positions(offsets, ends)
+                        step_rewards = [args.step_reward_weight * r for r in shape_step_rewards(s, args.reward_shaping)]
+                    else:  # the steps could not be located in tokens: reward the path's end instead
+                        outcome += args.step_reward_weight * shape_step_rewards([s[-1]], args.reward_shaping)[0]
+                else:  # outcome: the verifier's score of the whole path, at the last token
+                    outcome += args.step_reward_weight * shape_step_rewards([s[-1]], args.reward_shaping)[0]
+                stats["verifier_total"] += sum(step_rewards) + outcome
+            elif use_verifier:
+                stats["no_steps"] += 1
+            # a stated answer (<ans>, "the answer is", \boxed), not a trailing number, is what counts
+            stated = has_answer(batch.texts[i])
+            correct = bool(batch.problems[i].answer) and stated and grade(batch.texts[i], batch.problems[i]).correct
+            stats["correct"] += int(correct)
+            if use_gold:
+                g = args.gold_reward_weight * float(correct)
+                outcome += g
+                stats["gold_total"] += g
+            penalty = 0.0
+            if not has_eos:
+                stats["truncated"] += 1
+                penalty += args.missing_eos_penalty
+            if not stated:
+                stats["no_answer"] += 1
+                penalty += args.no_answer_penalty
+            outcome -= penalty
+            stats["penalty_total"] += penalty
+            placed = assign_rewards(step_rewards, positions, n_tokens, outcome=outcome, last_token=n_tokens - 1)
+            rewards[i, : n_tokens] = torch.tensor(placed[:n_tokens])
+        if args.reward_clip is not None:
+            rewards = clip_rewards(rewards, args.reward_clip)
+        mask = batch.response_mask.cpu()
+        if args.reward_normalize:
+            self.reward_stats.update(rewards[mask.bool()].tolist())
+            rewards = rewards / max(self.reward_stats.std, 1e-6)
+        rewards = rewards * mask
+        summary = {
+            "reward/mean_total": rewards.sum(-1).mean().item(),
+            "reward/verifier_mean": stats["verifier_total"] / n,
+            "reward/gold_mean": stats["gold_total"] / n,
+            "reward/penalty_mean": stats["penalty_total"] / n,
+            "verifier/mean_step_score": stats["step_score_sum"] / max(stats["scored_steps"], 1),
+            "rollout/accuracy": stats["correct"] / n,
+            "rollout/steps_per_response": stats["steps"] / n,
+            "rollout/tokens_per_step": sum(lengths) / max(stats["steps"], 1),
+            "rollout/response_tokens": sum(lengths) / n,
+            "rollout/truncated_frac": stats["truncated"] / n,
+            "rollout/no_answer_frac": stats["no_answer"] / n,
+            "rollout/no_steps_frac": stats["no_steps"] / n,
+        }
+        return rewards.to(self.accelerator.device), summary
+
+    # ------------------------------------------------------------------------------------------
+    # forward passes
+
+    def _forward(self, model, batch: Rollouts, rows, with_values: bool):
+        q_ids, q_mask = batch.query_ids[rows], batch.query_mask[rows]
+        r_ids, r_mask = batch.response_ids[rows], batch.response_mask[rows]
+        input_ids = torch.cat([q_ids, r_ids], dim=1)
+        attention = torch.cat([q_mask.float(), r_mask], dim=1).long()
+        pos = position_ids_from_mask(attention)
+        logits, values = model(input_ids=input_ids, attention_mask=attention, position_ids=pos, with_values=with_values)
+        p = q_ids.shape[1]
+        logits = logits[:, p - 1 : -1].float() / self.args.temperature
+        logprobs = M.logprobs_from_logits(logits, r_ids)
+        if values is not None:
+            values = values[:, p - 1 : -1].float()
+        return logits, logprobs, values
+
+    @torch.no_grad()
+    def _ref_logprobs(self, batch: Rollouts, rows) -> torch.Tensor:
+        if self.ref_policy is not None:
+            wrapper = PolicyAndCritic(self.ref_policy, nn.Identity())
+            return self._forward(wrapper, batch, rows, with_values=False)[1]
+        policy = self._unwrapped_policy()
+        with policy.disable_adapter():
+            wrapper = PolicyAndCritic(policy, nn.Identity())
+            return self._forward(wrapper, batch, rows, with_values=False)[1]
+
+    # ------------------------------------------------------------------------------------------
+    # the update
+
+    def step(self, update: int) -> dict[str, float]:
+        args = self.args
+        t0 = time.time()
+        batch = self.generate(update)
+        t_gen = time.time() - t0
+        t1 = time.time()
+        scores, reward_stats = self.rewards(batch)
+        t_reward = time.time() - t1
+        mask = batch.response_mask
+        n = mask.shape[0]
+        rows = torch.arange(n, device=mask.device)
+        self.model.eval()
+        with torch.no_grad():
+            _, old_logprobs, old_values = self._forward(self.model, batch, rows, with_values=args.advantage_estimator == "gae")
+            ref_logprobs = self._ref_logprobs(batch, rows)
+        kl = M.per_token_kl(old_logprobs, ref_logprobs, args.kl_estimator) * mask
+        token_rewards = scores - self.kl_ctl.value * kl
+        if args.advantage_estimator == "gae":
+            advantages, returns = M.gae(token_rewards, old_values * mask, mask, args.gamma, args.lam)
+        else:
+            togo = M.discounted_returns(token_rewards, mask, args.gamma)
+            baseline = M.leave_one_out_baseline(togo[:, 0], args.samples_per_prompt)
+            advantages = (togo - baseline[:, None]) * mask
+            returns = togo
+            old_values = torch.zeros_like(togo)
+        if args.whiten_advantages:
+            advantages = M.masked_whiten(advantages, mask) * mask
+        finite = M.is_finite_batch(token_rewards, advantages, returns, old_logprobs)
+        if not self._all_ranks(finite):
+            self.skipped_batches += 1
+            return {"skipped": 1.0, "skipped_batches": float(self.skipped_batches), **reward_stats}
+        policy_coef = 0.0 if update < args.critic_warmup_updates else 1.0
+        self.model.train()
+        stats: dict[str, list[float]] = {}
+        mb_size = n // args.num_mini_batches
+        gen = torch.Generator().manual_seed(args.seed * 7919 + update)
+        t2 = time.time()
+        for _ in range(args.ppo_epochs):
+            order = torch.randperm(n, generator=gen).to(mask.device)
+            for start in range(0, n, mb_size):
+                mb = order[start : start + mb_size]
+                m = mask[mb]
+                logits, logprobs, values = self._forward(self.model, batch, mb,
+                                                         with_values=args.advantage_estimator == "gae")
+                pg_loss, pg_stats = M.policy_loss(logprobs, old_logprobs[mb], advantages[mb], m, args.cliprange)
+                loss = policy_coef * pg_loss
+                if values is not None:
+                    vf_loss, vf_stats = M.value_loss(values, old_values[mb], returns[mb], m, args.cliprange_value)
+                    loss = loss + args.vf_coef * vf_loss
+                    _add(stats, "loss/value", vf_loss.item())
+                    _add(stats, "value/clipfrac", float(vf_stats["vf_clipfrac"]))
+                if not self._all_ranks(bool(torch.isfinite(loss).item())):
+                    self.skipped_batches += 1
+                    self.optimizer.zero_grad()
+                    continue
+                self.accelerator.backward(loss)
+                if self.accelerator.sync_gradients and args.max_grad_norm:
+                    self.accelerator.clip_grad_norm_(self.model.parameters(), args.max_grad_norm)
+                self.optimizer.step()
+                self.scheduler.step()
+                self.optimizer.zero_grad()
+                with torch.no_grad():
+                    entropy = M.masked_mean(M.entropy_from_logits(logits), m).item()
+                _add(stats, "loss/policy", pg_loss.item())
+                _add(stats, "policy/entropy", entropy)
+                _add(stats, "policy/clipfrac", float(pg_stats["clipfrac"]))
+                _add(stats, "policy/approx_kl", float(pg_stats["approx_kl"]))
+        t_opt = time.time() - t2
+        kl_per_response = (kl.sum(-1)).mean().item()
+        self.kl_ctl.update(kl_per_response, n * self.accelerator.num_processes)
+        out = {k: sum(v) / len(v) for k, v in stats.items()}
+        out.update(reward_stats)
+        out.update({
+            "objective/kl": kl_per_response,
+            "objective/kl_coef": float(self.kl_ctl.value),
+            "objective/non_score_reward": -(self.kl_ctl.value * kl).sum(-1).mean().item(),
+            "lr": self.scheduler.get_last_lr()[0],
+            "skipped_batches": float(self.skipped_batches),
+            "time/generate": t_gen, "time/reward": t_reward, "time/optimize": t_opt,
+            "time/update": time.time() - t0,
+        })
+        return self._mean_over_ranks(out)
+
+    @torch.no_grad()
+    def _policy_fingerprints(self) -> dict[str, str]:
+        """A fingerprint of each rank's policy weights, to check the replicas stayed identical."""
+        total = torch.zeros(2, dtype=torch.float64, device=self.accelerator.device)
+        for k, p in enumerate(self._unwrapped_policy().parameters()):
+            flat = p.detach().double().flatten()
+            total[0] += flat.sum()
+            total[1] += (flat * torch.arange(1, flat.numel() + 1, device=flat.device, dtype=torch.float64)).sum() / (k + 1)
+        gathered = self.accelerator.gather(total[None]).tolist()
+        return {str(rank): f"{a:.17g}/{b:.17g}" for rank, (a, b) in enumerate(gathered)}
+
+    def _all_ranks(self, ok: bool) -> bool:
+        flag = torch.tensor([0.0 if ok else 1.0], device=self.accelerator.device)
+        flag = self.accelerator.reduce(flag, reduction="sum")
+        return flag.item() == 0
+
+    def _mean_over_ranks(self, metrics: dict[str, float]) -> dict[str, float]:
+        if self.accelerator.num_processes == 1:
+            return metrics
+        keys = sorted(metrics)
+        t = torch.tensor([metrics[k] for k in keys], device=self.accelerator.device, dtype=torch.float64)
+        t = self.accelerator.reduce(t, reduction="mean")
+        return dict(zip(keys, t.tolist()))
+
+    # ------------------------------------------------------------------------------------------
+    # evaluation, checkpoints, the loop
+
+    def greedy_eval(self) -> dict[str, Any]:
+        from inference.backends.hf import HFGenerator
+        from rl.evaluation import greedy_eval
+
+        policy = self._unwrapped_policy()
+        was_training = policy.training
+        policy.eval()
+        gen = HFGenerator(policy, self.tokenizer, batch_size=self.args.greedy_eval_batch_size)
+        result = greedy_eval(gen, self.eval_problems, max_new_tokens=self.args.max_new_tokens)
+        if was_training:
+            policy.train()
+        return result
+
+    def save_checkpoint(self) -> Path:
+        """Accelerate state (model, optimizer, scheduler, RNG of every rank) plus ours, atomically."""
+        final = self.out / f"checkpoint-{self.update}"
+        tmp = self.out / f".tmp-checkpoint-{self.update}"
+        if self.accelerator.is_main_process and tmp.exists():
+            shutil.rmtree(tmp)
+        self.accelerator.wait_for_everyone()
+        self.accelerator.save_state(str(tmp))
+        if self.accelerator.is_main_process:
+            state = {"update": self.update, "skipped_batches": self.skipped_batches,
+                     "kl_coef": float(self.kl_ctl.value), "reward_stats": self.reward_stats.state_dict()}
+            (tmp / "trainer_state.json").write_text(json.dumps(state))
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            self._prune_checkpoints()
+        self.accelerator.wait_for_everyone()
+        return final
+
+    def _prune_checkpoints(self) -> None:
+        limit = self.args.save_total_limit
+        if not limit:
+            return
+        ckpts = sorted(latest_checkpoints(self.out), key=lambda p: int(p.name.split("-")[1]))
+        for old in ckpts[:-limit]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def load_checkpoint(self, path: Path) -> None:
+        self.accelerator.load_state(str(path))
+        state = json.loads((path / "trainer_state.json").read_text())
+        self.update = state["update"]
+        self.skipped_batches = state["skipped_batches"]
+        self.kl_ctl.value = state["kl_coef"]
+        self.reward_stats.load_state_dict(state["reward_stats"])
+
+    def train(self, resume_from_checkpoint: str | None = None) -> dict[str, Any]:
+        args = self.args
+        start = time.time()
+        metrics_path = self.out / "metrics.jsonl"
+        before_path = self.out / "eval_before_rows.jsonl"
+        ckpt = resolve_checkpoint(self.out, resume_from_checkpoint)
+        if ckpt is not None:
+            self.load_checkpoint(ckpt)
+            if self.accelerator.is_main_process:
+                _truncate_metrics(metrics_path, self.update)
+        elif self.accelerator.is_main_process and metrics_path.exists():
+            metrics_path.unlink()
+        if self.accelerator.is_main_process:
+            self.accelerator.init_trackers("steprl-ppo", config={k: v for k, v in vars(args).items()
+                                                                 if isinstance(v, int | float | str | bool)})
+        before = None
+        if self.eval_problems and self.accelerator.is_main_process:
+            if before_path.exists() and ckpt is not None:
+                before = {"rows": [json.loads(line) for line in before_path.read_text().splitlines()]}
+            else:
+                before = self.greedy_eval()
+                _write_jsonl(before_path, before["rows"])
+        self.accelerator.wait_for_everyone()
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=args.num_updates, initial=self.update, desc="ppo",
+                   disable=not self.accelerator.is_main_process or args.disable_tqdm)
+        save_every = int(args.save_steps) if args.save_steps else 0
+        while self.update < args.num_updates:
+            metrics = self.step(self.update)
+            self.update += 1
+            metrics["update"] = self.update
+            metrics["elapsed"] = time.time() - start
+            if self.accelerator.is_main_process:
+                with metrics_path.open("a") as fh:
+                    fh.write(json.dumps(metrics) + "\n")
+                self.accelerator.log(metrics, step=self.update)
+            bar.update(1)
+            bar.set_postfix(reward=f"{metrics.get('reward/mean_total', 0):.3f}",
+                            acc=f"{metrics.get('rollout/accuracy', 0):.2f}", kl=f"{metrics.get('objective/kl', 0):.3f}")
+            if save_every and self.update % save_every == 0 and self.update < args.num_updates:
+                self.save_checkpoint()
+        bar.close()
+        self.save_checkpoint()
+        hashes = self._policy_fingerprints()
+        result: dict[str, Any] = {}
+        if self.accelerator.is_main_process:
+            policy = self._unwrapped_policy()
+            _save_policy(policy, self.tokenizer, self.out / "policy")
+            critic = self.accelerator.unwrap_model(self.model).critic
+            critic.save_pretrained(str(self.out / "critic"))
+            result = {"updates": self.update, "skipped_batches": self.skipped_batches, "reward": args.reward,
+                      "reward_shaping": args.reward_shaping, "advantage_estimator": args.advantage_estimator,
+                      "processes": self.accelerator.num_processes,
+                      "responses_per_update": args.prompts_per_update * args.samples_per_prompt
+                      * self.accelerator.num_processes, "train_seconds": round(time.time() - start, 1)}
+            if before is not None:
+                after = self.greedy_eval()
+                _write_jsonl(self.out / "eval_after_rows.jsonl", after["rows"])
+                result.update(_compare(before["rows"], after["rows"], args.bootstrap_resamples, args.seed))
+                if "summary" in after:
+                    result["error_mix_after"] = after["summary"].get("error_mix", {})
+            (self.out / "eval.json").write_text(json.dumps(result, indent=2))
+            (self.out / "policy_hashes.json").write_text(json.dumps(hashes, indent=2))
+        self.accelerator.wait_for_everyone()
+        self.accelerator.end_training()
+        return result
+
+
+# ----------------------------------------------------------------------------------------------
+# helpers of the plumbing
+
+
+def _add(stats: dict[str, list[float]], key: str, value: float) -> None:
+    stats.setdefault(key, []).append(value)
+
+
+def _report_to(report_to) -> list[str]:
+    if report_to is None:
+        return []
+    items = [report_to] if isinstance(report_to, str) else list(report_to)
+    return [r for r in items if r not in ("none", "", None)]
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w") as fh:
+        for row in rows:
+            fh.write(json.dumps(row) + "\n")
+    os.replace(tmp, path)
+
+
+def _truncate_metrics(path: Path, update: int) -> None:
+    """Drop metric lines past the resumed update (and a partial last line from a kill)."""
+    if not path.exists():
+        return
+    keep = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if row.get("update", 0) <= update:
+            keep.append(row)
+    _write_jsonl(path, keep)
+
+
+def latest_checkpoints(out: Path) -> list[Path]:
+    return [p for p in out.glob("checkpoint-*") if p.is_dir() and (p / "trainer_state.json").exists()]
+
+
+def resolve_checkpoint(out: Path, resume: str | None) -> Path | None:
+    if not resume:
+        return None
+    if resume == "auto":
+        ckpts = latest_checkpoints(out)
+        return max(ckpts, key=lambda p: int(p.name.split("-")[1])) if ckpts else None
+    path = Path(resume)
+    if not (path / "trainer_state.json").exists():
+        raise FileNotFoundError(f"--resume_from_checkpoint {resume}: not a checkpoint (no trainer_state.json)")
+    return path
+
+
+def _compare(before_rows: list[dict], after_rows: list[dict], resamples: int, seed: int) -> dict[str, Any]:
+    from reasoning.stats import paired_bootstrap_diff
+
+    by_id = {r["id"]: r for r in after_rows}
+    ids = [r["id"] for r in before_rows if r["id"] in by_id]
+    b = [float(next_row["correct"]) for next_row in before_rows if next_row["id"] in by_id]
+    a = [float(by_id[i]["correct"]) for i in ids]
+    diff = paired_bootstrap_diff(b, a, resamples=resamples, seed=seed)
+    return {"n": len(ids), "greedy_accuracy_before": sum(b) / len(b), "greedy_accuracy_after": sum(a) / len(a),
+            "improvement": diff["diff"], "improvement_ci_low": diff["ci_low"], "improvement_ci_high": diff["ci_high"]}
+
+
+def _save_policy(policy, tokenizer, path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    policy.save_pretrained(str(path))
+    tokenizer.save_pretrained(str(path))
+
+
+def _merged_state_dict(policy) -> dict[str, torch.Tensor]:  # pragma: no cover - GPU only
+    if hasattr(policy, "merge_and_unload"):
+        import copy
+
+        return copy.deepcopy(policy).merge_and_unload().state_dict()
+    return policy.state_dict()
