@@ -1,0 +1,133 @@
+"""scripts/compare.py: the quick comparison end to end (train, evaluate, report) and its cache."""
+
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_compare():
+    spec = importlib.util.spec_from_file_location("steprl_compare_script", ROOT / "scripts" / "compare.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+compare = _load_compare()
+
+
+def _markers(cache: Path) -> dict[str, float]:
+    return {p.parent.name: p.stat().st_mtime for p in cache.glob(f"*/{compare.MARKER}")}
+
+
+@pytest.mark.slow
+def test_quick_run_writes_every_cell_and_rerun_reuses_the_cache(tmp_path):
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    argv = ["--quick", "--out", str(out), "--cache_dir", str(cache), "--n_problems", "3"]
+    assert compare.main(argv) == 0
+
+    for name in ("report.md", "summary.json", "accuracy_vs_tokens.png"):
+        assert (out / name).stat().st_size > 0, name
+    assert (out / "accuracy_vs_tokens.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    s = json.loads((out / "summary.json").read_text())
+    policies, methods = ["sft", "outcome_ppo", "step_ppo"], ["greedy", "self_consistency", "best_of_n", "stepco", "beats"]
+    assert s["policies"] == policies and s["n_problems"] == 3 and s["total_wall_seconds"] > 0
+    for policy in policies:
+        cells = s["table"][policy]
+        assert set(cells) == {*methods, compare.REFERENCE}, policy
+        for label, c in cells.items():
+            assert c["n"] == 3, (policy, label)
+            assert 0.0 <= c["accuracy"] <= 1.0
+            lo, hi = c["accuracy_ci95"]
+            assert 0.0 <= lo <= c["accuracy"] <= hi <= 1.0
+            assert c["generator_tokens"] > 0 and c["total_tokens"] >= c["generator_tokens"] and c["llm_calls"] > 0
+        assert cells["best_of_n"]["verifier_tokens"] > 0  # the PSV scored every sample and is counted
+        assert cells["greedy"]["verifier_tokens"] == 0 and cells["stepco"]["verifier_is_reference"] is False
+        assert cells[compare.REFERENCE]["verifier_is_reference"] is True
+        # the curves read from one run agree with that run at its own N and T
+        curves = s["curves"][policy]
+        for method in ("self_consistency", "best_of_n"):
+            assert [p["n"] for p in curves[method]] == [1, 2, 4]
+            last = curves[method][-1]
+            assert last["accuracy"] == pytest.approx(cells[method]["accuracy"])
+            assert last["tokens_per_problem"] == pytest.approx(cells[method]["tokens_per_problem"])
+        assert [p["t"] for p in curves["stepco"]] == [1, 2]
+        assert curves["stepco"][-1]["accuracy"] == pytest.approx(cells["stepco"]["accuracy"])
+        assert curves["stepco"][-1]["tokens_per_problem"] == pytest.approx(cells["stepco"]["tokens_per_problem"])
+        changes = s["answer_changes"][policy]["stepco"]
+        assert sum(changes[k] for k in ("correct_to_correct", "incorrect_to_correct", "correct_to_incorrect",
+                                        "incorrect_to_incorrect")) == 3
+        assert changes["correct_to_correct"] + changes["incorrect_to_correct"] == cells["stepco"]["correct"]
+    assert {a["status"] for a in s["artefacts"].values()} == {"trained"}
+    assert s["budgets"]["gold_at_inference"] is False and s["effects"]["headline"]
+    report = (out / "report.md").read_text()
+    for text in ("| step-PPO | StepCo |", "reference", "correct → incorrect", "verifier tokens", "accuracy_vs_tokens.png"):
+        assert text in report, text
+
+    # a second run: every artefact and every cell reused, nothing trained again
+    before = _markers(cache)
+    assert len(before) == 4  # sft, psv, two PPO runs
+    start = time.time()
+    assert compare.main(argv) == 0
+    assert time.time() - start < 60
+    assert _markers(cache) == before
+    again = json.loads((out / "summary.json").read_text())
+    assert {a["status"] for a in again["artefacts"].values()} == {"reused"}
+    assert again["table"] == s["table"]
+
+    # a benchmark instead of the world: the same policies, nothing trained, no exact-checker reference
+    data = ROOT.parent / "shared" / "data"
+    if (data / "gsm8k_test.jsonl").exists():
+        bench = tmp_path / "gsm8k"
+        assert compare.main(["--quick", "--out", str(bench), "--cache_dir", str(cache), "--n_problems", "2",
+                             "--set", "eval.dataset=gsm8k", "--set", "eval.source=local",
+                             "--set", f"eval.data_dir={data}"]) == 0
+        assert _markers(cache) == before
+        g = json.loads((bench / "summary.json").read_text())
+        assert g["dataset"] == "gsm8k" and g["reference"] is None
+        assert all(set(g["table"][p]) == set(methods) and g["table"][p]["greedy"]["n"] == 2 for p in policies)
+
+
+def test_shipped_recipe_is_the_embedded_default():
+    assert compare.load_config(compare.DEFAULT_CONFIG) == compare.CompareConfig()
+    quick = compare.load_config(None, quick=True)
+    assert quick.workers == 1 and quick.ppo.args["num_updates"] == 2
+    assert quick.sft.args["tasks"] == compare.CompareConfig().sft.args["tasks"]  # revise, clarify, verify kept
+    for task in ("revise", "clarify", "verify"):
+        assert task in quick.sft.args["tasks"]
+
+
+def test_config_errors_name_the_key(tmp_path):
+    with pytest.raises(compare.CompareError, match="eval.sampels"):
+        compare.load_config(None, sets=["eval.sampels=3"])
+    with pytest.raises(compare.CompareError, match="num_updates"):
+        compare.load_config(None, sets=["ppo.runs.step_ppo.args.num_updates=5"])
+    with pytest.raises(compare.CompareError, match="eval.methods.stepco"):
+        compare.load_config(None, sets=["eval.methods.stepco.rounds=3"])
+    with pytest.raises(compare.CompareError, match="policies"):
+        compare.load_config(None, sets=["policies=[sft, dpo]"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("eval: [1, 2]\n")
+    with pytest.raises(compare.CompareError, match="eval"):
+        compare.load_config(bad)
+    assert compare.main(["--out", str(tmp_path / "x"), "--set", "workers=0"]) == 2
+
+
+def test_artefact_hashes_follow_what_defines_them(tmp_path):
+    base = compare.artefacts(compare.load_config(None, overrides={"cache_dir": str(tmp_path)}))
+    psv = compare.artefacts(compare.load_config(None, sets=["psv.n_problems=50"], overrides={"cache_dir": str(tmp_path)}))
+    assert psv["sft"].dir == base["sft"].dir
+    assert psv["psv"].dir != base["psv"].dir and psv["step_ppo"].dir != base["step_ppo"].dir
+    ev = compare.artefacts(compare.load_config(None, sets=["eval.n_problems=7", "eval.methods.stepco.threshold=0.7"]))
+    assert [a.hash for a in ev.values()] == [a.hash for a in base.values()]  # evaluation trains nothing new
+    assert base["step_ppo"].dir.name.startswith("ppo-step-") and base["outcome_ppo"].dir.name.startswith("ppo-outcome-")
+    given = compare.artefacts(compare.load_config(None, sets=[f"sft.path={tmp_path}", "psv.path=confidence"]))
+    assert given["sft"].given and given["sft"].spec == str(tmp_path) and given["psv"].spec == "confidence"
+    assert given["step_ppo"].key["policy"] == str(tmp_path)
+    assert compare.to_argv({"a": True, "b": None, "c": 2}) == ["--a", "true", "--c", "2"]
