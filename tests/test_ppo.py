@@ -14,7 +14,7 @@ import torch
 
 from reasoning.prompts import solve_prompt
 from reasoning.steps import join_steps
-from reasoning.world import WorldConfig, generate, row_to_problem
+from reasoning.world import WorldConfig, generate
 from rl import ppo_step
 from rl.ppo_config import StepPPOConfig
 
