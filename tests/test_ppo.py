@@ -68,7 +68,8 @@ def make_trainer(models, tmp_path, verifier, **overrides):
 
     fields = dict(output_dir=str(tmp_path / "run"), policy=str(models / "policy"), verifier=str(models / "psv"),
                   build_missing=False, n_prompts=8, n_eval=4, prompts_per_update=2, samples_per_prompt=2,
-                  max_new_tokens=16, num_mini_batches=2, report_to="none", disable_tqdm=True)
+                  max_new_tokens=16, num_mini_batches=2, report_to="none", disable_tqdm=True,
+                  critic_warmup_updates=0)
     fields.update(overrides)
     args = StepPPOConfig(**fields)
     train, _ = load_problems("world", args.n_prompts, args, "train")
@@ -149,6 +150,14 @@ def test_update_changes_the_policy_and_skips_nan_batches(models, tmp_path):
     for key in ("loss/policy", "loss/value", "objective/kl", "policy/entropy", "rollout/steps_per_response",
                 "rollout/tokens_per_step", "reward/mean_total"):
         assert key in metrics and metrics[key] == metrics[key], key
+
+    warm, _, _ = make_trainer(models, tmp_path, FixedVerifier([0.7, 0.4]), critic_warmup_updates=1)
+    policy0 = [p.detach().clone() for p in warm._unwrapped_policy().parameters()]
+    critic0 = [p.detach().clone() for p in warm.accelerator.unwrap_model(warm.model).critic.parameters()]
+    warm.step(0)  # a warm-up update trains the critic only
+    assert all(torch.equal(a, b) for a, b in zip(policy0, warm._unwrapped_policy().parameters()))
+    critic = warm.accelerator.unwrap_model(warm.model).critic.parameters()
+    assert any(not torch.equal(a, b) for a, b in zip(critic0, critic))
 
     nan_trainer, _, _ = make_trainer(models, tmp_path, FixedVerifier([float("nan")]))
     frozen = [p.detach().clone() for p in nan_trainer._unwrapped_policy().parameters()]
