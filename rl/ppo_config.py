@@ -42,6 +42,11 @@ class StepPPOConfig(TrainingArguments):
     lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha."})
     lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout."})
     lora_target_modules: str = field(default="all-linear", metadata={"help": "LoRA target modules (comma list)."})
+    num_threads: int = field(
+        default=0,
+        metadata={"help": "torch threads per process; 0: the machine's cores shared among the processes "
+                          "(accelerate launch sets OMP_NUM_THREADS=1, which would leave cores idle in a one-process run)."},
+    )
     dtype: str = field(default="auto", metadata={"help": "Model dtype: auto (float32 on CPU), bfloat16, float32."})
 
     # --- data ---------------------------------------------------------------------------------

@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     from accelerate import PartialState
 
     state = PartialState()
+    import torch
+
+    torch.set_num_threads(args.num_threads or max(1, (os.cpu_count() or 1) // state.num_processes))
     ensure_default_models(args, state.is_main_process)
     state.wait_for_everyone()
     train, train_rows = load_problems(args.dataset, args.n_prompts, args, "train")

@@ -524,9 +524,13 @@ def sft_command(cfg: CompareConfig, art: Artefact) -> list[str]:
 def ppo_argv(cfg: CompareConfig, name: str, arts: dict[str, Artefact]) -> list[str]:
     run = cfg.ppo.runs[name]
     art = arts[name]
+    threads = []
+    if "num_threads" not in cfg.ppo.args and "num_threads" not in run.args:
+        # PPO runs side by side share the cores: one torch thread each; a run alone may use them all
+        threads = ["--num_threads", "1" if cfg.workers > 1 else "0"]
     return to_argv({**cfg.ppo.args, **run.args}) + [
         "--reward", run.reward, "--policy", arts["sft"].spec, "--verifier", arts["psv"].spec,
-        "--output_dir", str(art.dir), "--build_missing", "false", "--resume_from_checkpoint", "auto"]
+        "--output_dir", str(art.dir), "--build_missing", "false", "--resume_from_checkpoint", "auto", *threads]
 
 
 def ppo_command(cfg: CompareConfig, name: str, arts: dict[str, Artefact]) -> list[str]:

@@ -48,7 +48,8 @@ def tiny_args(models, out, *extra):
     return ["--policy", str(models / "policy"), "--verifier", str(models / "psv"), "--output_dir", str(out),
             "--build_missing", "false", "--num_updates", "2", "--prompts_per_update", "4", "--samples_per_prompt", "2",
             "--n_prompts", "16", "--n_eval", "6", "--max_new_tokens", "24", "--num_mini_batches", "2",
-            "--ppo_epochs", "1", "--save_steps", "1", "--disable_tqdm", "true", "--learning_rate", "1e-3", *extra]
+            "--ppo_epochs", "1", "--save_steps", "1", "--disable_tqdm", "true", "--learning_rate", "1e-3",
+            "--num_threads", "1", *extra]
 
 
 class FixedVerifier:
