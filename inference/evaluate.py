@@ -77,7 +77,7 @@ from typing import Any
 
 from inference.methods import METHODS
 from inference.methods.base import MethodOutput, Tracker, blind
-from reasoning.benchmarks import DatasetError, load_benchmark
+from reasoning.benchmarks import DatasetError, load_benchmark, read_appended_jsonl
 from reasoning.grading import is_correct
 from reasoning.types import Problem
 
@@ -588,27 +588,12 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 def _read_jsonl(path: Path) -> tuple[list[tuple[int, dict]], bool]:
-    """(line number, row) of every complete line, and whether a partial last line was dropped.
-
-    A last line without its newline is what a killed write leaves; a bad line anywhere else is
-    corruption and raises EvaluationError naming the file and line.
-    """
-    if not path.exists():
-        return [], False
-    lines = path.read_bytes().split(b"\n")
-    partial = lines.pop() != b""
-    rows = []
-    for lineno, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        try:
-            row = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise EvaluationError(f"{path}:{lineno}: not a JSON row ({e}); fix it or pass --overwrite") from None
-        if not isinstance(row, dict):
-            raise EvaluationError(f"{path}:{lineno}: expected a JSON object; fix it or pass --overwrite")
-        rows.append((lineno, row))
-    return rows, partial
+    """(line number, row) of every complete line, and whether a partial last line was dropped;
+    a bad line anywhere else raises EvaluationError naming the file and line."""
+    try:
+        return read_appended_jsonl(path)
+    except DatasetError as err:
+        raise EvaluationError(f"{err}; fix it or pass --overwrite") from None
 
 
 def read_results(out_dir: str | os.PathLike[str]) -> list[dict]:

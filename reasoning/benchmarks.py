@@ -31,6 +31,7 @@ __all__ = [
     "default_data_dir",
     "load_benchmark",
     "load_jsonl_problems",
+    "read_appended_jsonl",
 ]
 
 DATA_DIR_ENV = "STEPRL_DATA_DIR"
@@ -343,6 +344,24 @@ def _problem_from_row(row: dict[str, Any], answer_kind: KindSpec, where: str) ->
 
 
 
+def _parse_jsonl_line(raw: bytes, lineno: int, path: Path) -> tuple[str, dict | None]:
+    """("file:line", object) of one raw line, None for a blank one; DatasetError when it is bad."""
+    where = f"{path}:{lineno}"
+    try:
+        line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+    except UnicodeDecodeError as e:
+        raise DatasetError(f"{where}: not UTF-8 ({e.reason})") from None
+    if not line.strip():
+        return where, None
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise DatasetError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(row, dict):
+        raise DatasetError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    return where, row
+
+
 def iter_jsonl_objects(path: str | Path):
     """(line number, "file:line", object) for every non-blank line of a JSONL file of objects.
 
@@ -352,20 +371,30 @@ def iter_jsonl_objects(path: str | Path):
     path = Path(path)
     with path.open("rb") as f:
         for lineno, raw in enumerate(f, start=1):
-            where = f"{path}:{lineno}"
-            try:
-                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
-            except UnicodeDecodeError as e:
-                raise DatasetError(f"{where}: not UTF-8 ({e.reason})") from None
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DatasetError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(row, dict):
-                raise DatasetError(f"{where}: expected a JSON object, got {type(row).__name__}")
-            yield lineno, where, row
+            where, row = _parse_jsonl_line(raw, lineno, path)
+            if row is not None:
+                yield lineno, where, row
+
+
+def read_appended_jsonl(path: str | Path) -> tuple[list[tuple[int, dict]], bool]:
+    """The rows of a JSONL file a run appends to, for resuming it.
+
+    Returns (line number, object) for every complete line, and whether a partial last line (text
+    after the last newline: what a killed write leaves) was dropped. A bad complete line is
+    corruption, not a kill: DatasetError names the file and line. A missing file has no rows.
+    """
+    path = Path(path)
+    if not path.exists():
+        return [], False
+    data = path.read_bytes()
+    complete = data.rfind(b"\n") + 1
+    rows = []
+    for lineno, raw in enumerate(data[:complete].split(b"\n")[:-1], start=1):
+        row = _parse_jsonl_line(raw, lineno, path)[1]
+        if row is not None:
+            rows.append((lineno, row))
+    return rows, complete < len(data)
+
 
 def load_jsonl_problems(
     path: str | os.PathLike[str], answer_kind: KindSpec = None, limit: int | None = None

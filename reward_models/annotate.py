@@ -72,7 +72,7 @@ from pathlib import Path
 from typing import Any
 
 from inference.backends.base import Completion, Generator, SamplingParams
-from reasoning.benchmarks import DatasetError, load_benchmark
+from reasoning.benchmarks import DatasetError, load_benchmark, read_appended_jsonl
 from reasoning.grading import grade
 from reasoning.prompts import explore_prompt, solve_prompt
 from reasoning.steps import CLOSE_TAG, prefix_text, split_steps
@@ -600,28 +600,12 @@ def make_autopsv(orm: OrmInfo, verifier_factory: Callable[[str], Any]) -> Callab
 
 
 def _read_jsonl_tolerant(path: Path) -> tuple[list[tuple[int, dict]], bool]:
-    """(line number, row) of every complete line, and whether a trailing partial line was dropped.
-
-    A last line without its newline is what a killed write leaves: it is dropped. A bad line
-    anywhere else is corruption and raises AnnotationError naming the file and line.
-    """
-    if not path.exists():
-        return [], False
-    data = path.read_bytes()
-    lines = data.split(b"\n")
-    partial = lines.pop() != b""  # text after the last newline (b"" when the file ends with one)
-    rows = []
-    for lineno, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        try:
-            row = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise AnnotationError(f"{path}:{lineno}: not a JSON row ({e}); remove the file or pass --overwrite") from None
-        if not isinstance(row, dict):
-            raise AnnotationError(f"{path}:{lineno}: expected a JSON object")
-        rows.append((lineno, row))
-    return rows, partial
+    """(line number, row) of every complete line, and whether a trailing partial line was dropped;
+    a bad line anywhere else raises AnnotationError naming the file and line."""
+    try:
+        return read_appended_jsonl(path)
+    except DatasetError as err:
+        raise AnnotationError(f"{err}; remove the file or pass --overwrite") from None
 
 
 class ResumableWriter:
