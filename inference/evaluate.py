@@ -123,8 +123,9 @@ class EvalArguments:
     out: str = field(metadata={"help": "Output directory (results.jsonl, summary.json); an existing run resumes."})
     verifier: str | None = field(
         default=None,
-        metadata={"help": "Verifier spec: a PSV directory, confidence, exact (world only, an upper reference), "
-                          "math-shepherd:PATH or token-prm:PATH."},
+        metadata={"help": "Verifier spec: a PSV directory, confidence or step-confidence (the policy's own "
+                          "probabilities; confidence:PATH names another policy), exact (world only, an upper "
+                          "reference), math-shepherd:PATH, token-prm:PATH, or product:A,B / min:A,B."},
     )
     backend: str = field(default="hf", metadata={"help": "Generator backend.", "choices": list(BACKENDS)})
     backend_options: str | None = field(
@@ -947,20 +948,24 @@ def run_from_args(args: EvalArguments, module: types.ModuleType, config: Any) ->
                                               device=args.device, **backend_kwargs), "generator")
     verifier = None
     if args.verifier:
-        from reward_models.load import load_verifier
+        from reward_models.load import BUILTIN, load_verifier, needs_policy
 
         spec = args.verifier
         if spec == "exact" and not world_rows:
             raise EvaluationError("the exact verifier checks world problems only: use --dataset world or a world JSONL")
-        if spec == "confidence" and not Path(args.policy).is_dir():
-            raise EvaluationError("the confidence verifier reads the probabilities of a local policy: "
-                                  f"--policy {args.policy} is not a directory")
+        try:
+            bare_confidence = needs_policy(spec)
+        except ValueError as e:
+            raise EvaluationError(str(e)) from None
+        if bare_confidence and not Path(args.policy).is_dir():
+            raise EvaluationError(f"{spec}: a confidence verifier reads the probabilities of a local policy: "
+                                  f"--policy {args.policy} is not a directory (or name one: confidence:PATH)")
         if spec == "exact":  # cheap: built now, so a bad spec fails before any generation
             verifier = load_verifier(spec, args.policy, world_rows=world_rows)
         else:
-            if spec not in ("confidence",) and ":" not in spec and not Path(spec).is_dir():
-                raise EvaluationError(f"--verifier {spec}: no such directory, and not one of confidence, exact, "
-                                      "math-shepherd:PATH, token-prm:PATH")
+            if spec not in BUILTIN and ":" not in spec and not Path(spec).is_dir():
+                raise EvaluationError(f"--verifier {spec}: no such directory, and not one of {', '.join(BUILTIN)}, "
+                                      "confidence:PATH, math-shepherd:PATH, token-prm:PATH, product:A,B, min:A,B")
             verifier = _Lazy(lambda: load_verifier(spec, args.policy, world_rows=world_rows,
                                                    batch_size=args.verifier_batch_size, device=args.device), "verifier")
     run_info = {"dataset": args.dataset, "policy": args.policy, "verifier": args.verifier, "backend": args.backend,

@@ -1,8 +1,16 @@
-"""The training-free `confidence` verifier: the policy's own probability of each step's result.
+"""The training-free confidence verifiers: the policy's own probability of what each step says.
 
-For every step, the lowest probability the policy gives to a token of the step's *result* (the
-number after the last "=", else the step's answer inside <ans>...</ans>, else every token of the
-step). One forward pass of the policy per path, batched. No training, no labels.
+For every step, the lowest probability the policy gives to one of the step's tokens, on one of two
+spans:
+
+- `result` (spec `confidence`): the step's *result*: the number after the last "=", else the
+  step's answer inside <ans>...</ans>, else every token of the step. It catches arithmetic slips.
+- `step` (spec `step-confidence`): every token of the step, its `<Step>` and `</Step>` tags
+  included: the name it computes, the operands, the operation, the result and where it ends. It
+  also catches the decisions a path gets wrong (a wrong name or operand drawn from a low-probability
+  choice), which on the arithmetic world are most errors.
+
+One forward pass of the policy per path, batched. No training, no labels.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from collections.abc import Sequence
 
 import torch
 
+from reasoning.steps import join_steps
 from reward_models.verifier import VerifierInputError, layout, validate_paths
 
 _RESULT_RE = re.compile(r"=\s*(-?[0-9][0-9,]*(?:\.[0-9]+)?)(?![\s\S]*=)")
@@ -29,8 +38,14 @@ def result_span(step: str) -> tuple[int, int]:
     return (0, len(step))
 
 
+SPANS = ("result", "step")
+
+
 class ConfidenceVerifier:
-    def __init__(self, model, tokenizer, batch_size: int = 32):
+    def __init__(self, model, tokenizer, batch_size: int = 32, span: str = "result"):
+        if span not in SPANS:
+            raise ValueError(f"span must be one of {', '.join(SPANS)}, got {span!r}")
+        self.span = span
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.batch_size = batch_size
@@ -38,7 +53,8 @@ class ConfidenceVerifier:
         self.tokens_used = 0
 
     @classmethod
-    def from_pretrained(cls, policy_path: str, batch_size: int = 32, device: str | None = None):
+    def from_pretrained(cls, policy_path: str, batch_size: int = 32, device: str | None = None,
+                        span: str = "result"):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(policy_path)
@@ -46,13 +62,17 @@ class ConfidenceVerifier:
             tokenizer.pad_token = tokenizer.eos_token
         model = AutoModelForCausalLM.from_pretrained(policy_path)
         model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        return cls(model, tokenizer, batch_size)
+        return cls(model, tokenizer, batch_size, span=span)
 
     def _spans(self, question: str, steps: Sequence[str]) -> tuple[str, list[tuple[int, int]]]:
         lay = layout(question, steps)
         spans = []
         for step, end in zip(steps, lay.step_end_chars):
             body = step.strip()
+            if self.span == "step":
+                # "<Step> {body}</Step>", ending at `end` (the closing tag's last character).
+                spans.append((end + 1 - len(join_steps([body])), end + 1))
+                continue
             # The step's text sits just before its closing tag: "<Step> {body}</Step>".
             body_start = end - len("</Step>") + 1 - len(body)
             s, e = result_span(body)

@@ -397,7 +397,9 @@ class EvalArguments:
     """What to evaluate, on what, and how a step is flagged."""
 
     verifier: str | None = field(
-        default=None, metadata={"help": "A PSV directory, confidence (needs --policy) or exact (world data)."}
+        default=None, metadata={"help": "A spec of reward_models.load: a PSV directory, confidence or "
+                                        "step-confidence (read --policy, or name one: step-confidence:PATH), exact "
+                                        "(world data), math-shepherd:PATH, token-prm:PATH, product:A,B or min:A,B."}
     )
     data: str | None = field(
         default=None,

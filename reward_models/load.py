@@ -4,10 +4,19 @@ A spec is one of
 
 - a PSV directory: a full PSV (`psv_config.json`, or a `*ForTokenClassification` config) or a LoRA
   adapter (`adapter_config.json`), as `reward_models.train` saves them;
-- `confidence`: the training-free confidence of the policy given as `policy`;
+- `confidence` or `confidence:PATH`: the training-free confidence of a policy (PATH, else the
+  policy given as `policy`) in each step's result;
+- `step-confidence` or `step-confidence:PATH`: the same on every token of each step (names,
+  operands, result: the decisions a step makes);
 - `exact`: the world's exact step checker (world problems only; it is built from their rows);
 - `math-shepherd:PATH`: a Math-Shepherd-style causal-LM PRM (P(+) vs P(-) at a step tag);
-- `token-prm:PATH`: a two-label token-classification PRM read at a separator after each step.
+- `token-prm:PATH`: a two-label token-classification PRM read at a separator after each step;
+- `product:SPEC,SPEC[,...]` or `min:SPEC,SPEC[,...]`: several of the above combined step by step
+  (`reward_models.combined`), e.g. `product:step-confidence:outputs/sft_tiny,outputs/psv_tiny`.
+
+Name the policy in a confidence spec (`confidence:PATH`) wherever several policies are compared
+with one verifier: a bare `confidence` reads whichever policy is being evaluated, so each policy
+would be judged by itself.
 
 Evaluation, Best-of-N and StepCo all load their verifier here, so a spec means the same everywhere.
 """
@@ -20,7 +29,46 @@ from pathlib import Path
 
 from reward_models.verifier import Verifier
 
-BUILTIN = ("confidence", "exact")
+BUILTIN = ("confidence", "step-confidence", "exact")
+CONFIDENCE_SPANS = {"confidence": "result", "step-confidence": "step"}
+COMBINE_RULES = ("product", "min")
+
+
+def split_spec(spec: str) -> tuple[str, str | None]:
+    """("confidence", "PATH") for "confidence:PATH"; (spec, None) when it has no known prefix."""
+    head, sep, rest = spec.partition(":")
+    if sep and head in (*CONFIDENCE_SPANS, *COMBINE_RULES, "math-shepherd", "token-prm"):
+        return head, rest
+    return spec, None
+
+
+def spec_parts(spec: str) -> list[str]:
+    """The parts of a combined spec (`product:A,B`); [spec] for any other."""
+    head, rest = split_spec(spec)
+    if head not in COMBINE_RULES:
+        return [spec]
+    parts = [p.strip() for p in (rest or "").split(",")]
+    if len(parts) < 2 or not all(parts):
+        raise ValueError(f"verifier {spec!r}: {head}: needs two or more comma-separated specs")
+    for p in parts:
+        if split_spec(p)[0] in COMBINE_RULES:
+            raise ValueError(f"verifier {spec!r}: combined specs do not nest")
+    return parts
+
+
+def pin_policy(spec: str, policy: str) -> str:
+    """`spec` with every bare confidence part bound to `policy` (a fixed verifier across policies)."""
+    head, rest = split_spec(spec)
+    if head in COMBINE_RULES:
+        return f"{head}:" + ",".join(pin_policy(p, policy) for p in spec_parts(spec))
+    if head in CONFIDENCE_SPANS and not rest:
+        return f"{head}:{policy}"
+    return spec
+
+
+def needs_policy(spec: str) -> bool:
+    """Whether `spec` reads the probabilities of the policy passed alongside it."""
+    return any(split_spec(p)[0] in CONFIDENCE_SPANS and not split_spec(p)[1] for p in spec_parts(spec))
 
 
 def psv_dir_kind(path: str | Path) -> str | None:
@@ -56,15 +104,28 @@ def load_verifier(
 ) -> Verifier:
     """The verifier named by `spec` (see the module docstring).
 
-    `policy` is needed for `confidence`; `world_rows` (rows with a `world` field) for `exact`.
+    `policy` is needed for a bare `confidence` / `step-confidence`; `world_rows` (rows with a
+    `world` field) for `exact`.
     Raises ValueError with what to pass instead when the spec names nothing usable.
     """
-    if spec == "confidence":
-        if not policy:
-            raise ValueError("the confidence verifier reads the policy's probabilities: pass --policy")
+    head, rest = split_spec(spec)
+    if head in COMBINE_RULES:
+        from reward_models.combined import CombinedVerifier
+
+        parts = [load_verifier(p, policy, world_rows=world_rows, batch_size=batch_size, device=device)
+                 for p in spec_parts(spec)]
+        return CombinedVerifier(parts, rule=head)
+    if head in CONFIDENCE_SPANS:
+        path = rest or policy
+        if not path:
+            raise ValueError(f"the {head} verifier reads a policy's probabilities: pass --policy or "
+                             f"name it ({head}:PATH)")
+        if Path(path).is_dir() and psv_dir_kind(path) != "policy":
+            raise ValueError(f"{head}: {path} is not a causal-LM policy directory")
         from reward_models.confidence import ConfidenceVerifier
 
-        return ConfidenceVerifier.from_pretrained(policy, batch_size=batch_size, device=device)
+        return ConfidenceVerifier.from_pretrained(path, batch_size=batch_size, device=device,
+                                                  span=CONFIDENCE_SPANS[head])
     if spec == "exact":
         rows = [r for r in (world_rows or []) if isinstance(r, dict) and "world" in r]
         if not rows:
@@ -88,10 +149,11 @@ def load_verifier(
     if kind == "policy":
         raise ValueError(
             f"{spec} is a causal LM (a policy), not a PSV: train one with `python -m reward_models.train "
-            f"--init_from {spec}`, or use `confidence` with --policy {spec}"
+            f"--init_from {spec}`, or use `step-confidence:{spec}` (its own probabilities, no training)"
         )
     where = "no such directory" if not Path(spec).exists() else "not a PSV directory"
     raise ValueError(
         f"verifier {spec!r}: {where}; expected a PSV directory (psv_config.json, adapter_config.json or a "
-        f"token-classification config.json) or one of {', '.join(BUILTIN)}"
+        f"token-classification config.json), one of {', '.join(BUILTIN)}, or a combination "
+        f"({' or '.join(r + ':A,B' for r in COMBINE_RULES)})"
     )

@@ -24,7 +24,8 @@ class StepPPOConfig(TrainingArguments):
     policy: str = field(default="outputs/sft_tiny", metadata={"help": "SFT policy directory or Hub id."})
     verifier: str = field(
         default="outputs/psv_tiny",
-        metadata={"help": "Verifier spec (reward_models.load): a PSV directory, 'exact' (world only), ..."},
+        metadata={"help": "Verifier spec (reward_models.load): a PSV directory, 'exact' (world only), "
+                          "'step-confidence:PATH' (a frozen policy's own probabilities), 'product:A,B', ..."},
     )
     build_missing: bool = field(
         default=True,
@@ -34,7 +35,8 @@ class StepPPOConfig(TrainingArguments):
     critic_init: str = field(
         default="verifier",
         metadata={"help": "Critic start: 'verifier' (the PSV's weights, TRL's choice of a reward model as "
-                          "value model; needs the policy's tokenizer) or 'policy' (the policy backbone, new head)."},
+                          "value model, or the PSV part of a combined verifier; needs the policy's tokenizer) or "
+                          "'policy' (the policy backbone, new head)."},
     )
     use_peft: bool = field(default=False, metadata={"help": "Train LoRA adapters; the reference is the base "
                                                              "with adapters disabled."})

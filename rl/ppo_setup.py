@@ -102,11 +102,13 @@ def load_policy(args: StepPPOConfig):
 
 def load_critic(args: StepPPOConfig, tokenizer):
     """A token-classification model with one label: the PSV's weights or the policy's backbone."""
-    from reward_models.load import psv_dir_kind
+    from reward_models.load import psv_dir_kind, spec_parts
     from reward_models.psv import init_psv_from_policy, load_psv_model
 
-    if args.critic_init == "verifier" and psv_dir_kind(args.verifier) == "full":
-        critic, critic_tok = load_psv_model(args.verifier, dtype=_dtype(args))
+    # A combined verifier (product:step-confidence,PSV) lends the critic its PSV part.
+    psv = next((p for p in spec_parts(args.verifier) if psv_dir_kind(p) == "full"), None)
+    if args.critic_init == "verifier" and psv is not None:
+        critic, critic_tok = load_psv_model(psv, dtype=_dtype(args))
         if critic_tok.get_vocab() != tokenizer.get_vocab():
             _log("the verifier's tokenizer differs from the policy's: the critic starts from the policy instead")
             critic, _ = init_psv_from_policy(args.policy, dtype=_dtype(args))

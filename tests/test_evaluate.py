@@ -152,6 +152,33 @@ def test_load_verifier_specs(policy_dir, psv_dir, tmp_path):
         load_verifier(str(tmp_path / "missing"))
 
 
+def test_confidence_and_combined_specs(policy_dir, psv_dir):
+    from reward_models.load import needs_policy, pin_policy, spec_parts
+
+    step = load_verifier(f"step-confidence:{policy_dir}")
+    assert type(step).__name__ == "ConfidenceVerifier" and step.span == "step"
+    assert load_verifier("confidence", str(policy_dir)).span == "result"
+    with pytest.raises(ValueError, match="step-confidence:PATH"):
+        load_verifier("step-confidence")
+    with pytest.raises(ValueError, match="not a causal-LM policy"):
+        load_verifier(f"step-confidence:{psv_dir}")
+    spec = f"product:step-confidence,{psv_dir}"
+    assert spec_parts(spec) == ["step-confidence", str(psv_dir)]
+    assert needs_policy(spec) and not needs_policy(f"min:step-confidence:{policy_dir},{psv_dir}")
+    assert pin_policy(spec, "P") == f"product:step-confidence:P,{psv_dir}"
+    assert pin_policy("confidence:Q", "P") == "confidence:Q" and pin_policy(str(psv_dir), "P") == str(psv_dir)
+    joined = load_verifier(spec, str(policy_dir))
+    rows = generate("test", 3, 0, WORLD)
+    questions, paths = [r["question"] for r in rows], [r["steps"] for r in rows]
+    parts = [p.score(questions, paths) for p in joined.parts]
+    got = joined.score(questions, paths)
+    assert got == [[a * b for a, b in zip(x, y)] for x, y in zip(*parts)]
+    assert joined.tokens_used == sum(p.tokens_used for p in joined.parts) > 0
+    for bad in ("product:step-confidence", "min:a,,b", f"min:product:a,b,{psv_dir}"):
+        with pytest.raises(ValueError, match="product|min"):
+            load_verifier(bad, str(policy_dir))
+
+
 # ---------------------------------------------------------------------------------------------
 # The CLI.
 

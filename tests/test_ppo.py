@@ -269,3 +269,20 @@ def test_shipped_default_recipe_is_the_embedded_default():
         # bf16 needs a GPU, which TrainingArguments checks: turned off to parse here
         (cfg,) = parser.parse_args_and_config(args=["--config", str(ROOT / "configs" / "ppo" / recipe), "--bf16", "false"])
         cfg.validate()
+
+
+def test_critic_starts_from_the_psv_part_of_a_combined_verifier(models, tmp_path):
+    from reward_models.load import load_verifier
+    from reward_models.psv import load_psv_model
+    from rl.ppo_setup import load_critic, load_policy
+
+    spec = f"product:step-confidence:{models / 'policy'},{models / 'psv'}"
+    args = StepPPOConfig(output_dir=str(tmp_path / "run"), policy=str(models / "policy"), verifier=spec,
+                         build_missing=False, report_to="none")
+    _, tok = load_policy(args)
+    critic = load_critic(args, tok)
+    psv, _ = load_psv_model(str(models / "psv"))
+    for (name, a), (_, b) in zip(critic.state_dict().items(), psv.state_dict().items()):
+        assert torch.equal(a, b), name
+    verifier = load_verifier(spec, args.policy)
+    assert [type(p).__name__ for p in verifier.parts] == ["ConfidenceVerifier", "PSVVerifier"]

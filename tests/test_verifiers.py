@@ -105,3 +105,68 @@ def test_confidence_verifier_one_pass_matches_manual_probabilities():
     # Batching does not change scores.
     single = ConfidenceVerifier(model, tok, batch_size=1).score(questions, paths)
     assert all(math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-6) for x, y in zip(scores, single) for a, b in zip(x, y))
+
+
+def _tiny_confidence_setup():
+    rows = generate("train", 30, seed=0)
+    tok = train_tokenizer([r["question"] + " ".join(r["steps"]) for r in rows], vocab_size=300)
+    model = build_tiny_causal_lm(tok, hidden_size=32, num_layers=1, num_heads=2).eval()
+    return rows, tok, model
+
+
+def test_step_confidence_reads_every_token_of_the_step_tags_included():
+    rows, tok, model = _tiny_confidence_setup()
+    questions = [r["question"] for r in rows[:3]]
+    paths = [r["steps"] for r in rows[:3]]
+    step_scores = ConfidenceVerifier(model, tok, batch_size=2, span="step").score(questions, paths)
+    result_scores = ConfidenceVerifier(model, tok, batch_size=2).score(questions, paths)
+    # Hand-computed: the lowest probability of any token overlapping "<Step> {step}</Step>".
+    lay = layout(questions[1], paths[1])
+    enc = tok(lay.text, add_special_tokens=False, return_offsets_mapping=True)
+    with torch.no_grad():
+        probs = torch.softmax(model(input_ids=torch.tensor([enc["input_ids"]])).logits[0].float(), -1)
+    for j, end in enumerate(lay.step_end_chars):
+        start = lay.text.rindex("<Step>", 0, end)
+        toks = [k for k, (a, b) in enumerate(enc["offset_mapping"]) if a <= end and b > start]
+        assert lay.text[enc["offset_mapping"][toks[0]][0]:].startswith("<")
+        expected = min(probs[k - 1, enc["input_ids"][k]].item() for k in toks)
+        assert math.isclose(step_scores[1][j], expected, rel_tol=1e-4)
+    # The step span holds the result span, so its minimum can only be lower.
+    assert all(s <= r + 1e-6 for x, y in zip(step_scores, result_scores) for s, r in zip(x, y))
+    with pytest.raises(ValueError, match="span"):
+        ConfidenceVerifier(model, tok, span="tokens")
+
+
+class _Fixed:
+    """A verifier returning given scores, for combination tests."""
+
+    def __init__(self, scores, tokens):
+        self.scores, self.tokens_used, self.calls = scores, 0, 0
+        self._tokens = tokens
+
+    def score(self, questions, paths):
+        self.calls += 1
+        self.tokens_used += self._tokens
+        return [list(s) for s in self.scores]
+
+
+def test_combined_verifier_product_and_min():
+    from reward_models.combined import CombinedVerifier
+
+    a = _Fixed([[0.5, 1.0], [0.2]], tokens=10)
+    b = _Fixed([[0.8, 0.1], [0.9]], tokens=7)
+    paths = [["s1", "s2"], ["t1"]]
+    prod = CombinedVerifier([a, b], "product").score(["q", "r"], paths)
+    assert [[round(x, 6) for x in p] for p in prod] == [[0.4, 0.1], [0.18]]
+    both = CombinedVerifier([a, b], "min")
+    assert both.score(["q", "r"], paths) == [[0.5, 0.1], [0.2]]
+    assert isinstance(both, Verifier) and both.tokens_used == 34  # both parts read, twice each
+    with pytest.raises(ValueError, match="rule"):
+        CombinedVerifier([a, b], "max")
+    with pytest.raises(ValueError, match="two parts"):
+        CombinedVerifier([a], "min")
+    short = _Fixed([[0.5], [0.2]], tokens=1)
+    with pytest.raises(ValueError, match="row 0"):
+        CombinedVerifier([a, short]).score(["q", "r"], paths)
+    with pytest.raises(VerifierInputError, match="zero steps"):
+        CombinedVerifier([a, b]).score(["q"], [[]])
