@@ -106,7 +106,7 @@ def _methods() -> dict[str, dict[str, Any]]:
         "greedy": {"max_new_tokens": 192},
         "self_consistency": {"n": 16, "temperature": 0.8, "max_new_tokens": 192},
         "best_of_n": {"n": 16, "temperature": 0.8, "aggregation": "mean", "max_new_tokens": 192},
-        "stepco": {"max_rounds": 5, "threshold": 0.5, "revision": "prompt", "max_new_tokens": 192},
+        "stepco": {"max_rounds": 5, "threshold": 0.175, "revision": "prompt", "max_new_tokens": 192},
         "beats": {"max_depth": 7, "max_forward_steps": 5, "branching": 2, "width": 8, "temperature": 0.7},
     }
 
@@ -130,6 +130,12 @@ class PSVSection:
     train: dict[str, Any] = field(default_factory=lambda: {"num_train_epochs": 2.0, "learning_rate": 1e-3,
                                                            "per_device_train_batch_size": 16, "seed": 0})
     """Keyword arguments of reward_models.train.train_verifier (init_from, output_dir set by compare)."""
+    combine_with: str | None = "step-confidence"
+    """Another verifier spec joined with the PSV step by step, e.g. `step-confidence` (a bare
+    confidence spec reads the SFT policy); the joined verifier is then used everywhere (PPO rewards
+    and every method). null: the PSV alone."""
+    combine_rule: str = "product"
+    """How the two are joined: product or min (reward_models.combined)."""
 
 
 @dataclass
@@ -347,6 +353,14 @@ def validate(cfg: CompareConfig) -> None:
                 raise CompareError(f"ppo args: {key} is set by compare (use ppo.runs.<name>.reward, sft.path, psv.path)")
     if "output_dir" in cfg.sft.args:
         raise CompareError("sft.args.output_dir is set by compare (use sft.path for an existing policy)")
+    if cfg.psv.combine_with is not None:
+        from reward_models.load import COMBINE_RULES, split_spec
+
+        if cfg.psv.combine_rule not in COMBINE_RULES:
+            raise CompareError(f"psv.combine_rule must be one of {', '.join(COMBINE_RULES)}, "
+                               f"got {cfg.psv.combine_rule!r}")
+        if not str(cfg.psv.combine_with).strip() or split_spec(cfg.psv.combine_with)[0] in COMBINE_RULES:
+            raise CompareError(f"psv.combine_with must be one verifier spec, got {cfg.psv.combine_with!r}")
     ev = cfg.eval
     if not ev.dataset.startswith("world"):
         for what, data in (("ppo.args.dataset", cfg.ppo.args.get("dataset", "world")),
@@ -485,11 +499,22 @@ def artefacts(cfg: CompareConfig) -> dict[str, Artefact]:
             continue
         args = {**cfg.ppo.args, **run.args}
         key = {"kind": "ppo", "version": CACHE_VERSION, "reward": run.reward, "args": args, "policy": sft.ref,
-               "verifier": psv.ref, "launcher": cfg.launcher}
+               "verifier": verifier_spec(cfg, out, ref=True), "launcher": cfg.launcher}
         if cfg.rebuild_on_code_change:
             key["code"] = code_digest("ppo")
         out[name] = Artefact(name, "ppo", key, cache / f"ppo-{run.reward.replace('+', '_')}-{digest(key)}", False)
     return out
+
+
+def verifier_spec(cfg: CompareConfig, arts: dict[str, Artefact], ref: bool = False) -> str:
+    """The verifier every stage loads: the PSV, joined with `psv.combine_with` when set; confidence
+    specs are bound to the SFT policy, so every policy is judged by the same verifier. With `ref`,
+    the same made of artefact refs (what cache keys and cell keys hold)."""
+    from reward_models.load import pin_policy
+
+    psv, sft = (arts["psv"].ref, arts["sft"].ref) if ref else (arts["psv"].spec, arts["sft"].spec)
+    spec = psv if cfg.psv.combine_with is None else f"{cfg.psv.combine_rule}:{cfg.psv.combine_with},{psv}"
+    return pin_policy(spec, sft)
 
 
 def to_argv(args: dict[str, Any]) -> list[str]:
@@ -529,7 +554,7 @@ def ppo_argv(cfg: CompareConfig, name: str, arts: dict[str, Artefact]) -> list[s
         # PPO runs side by side share the cores: one torch thread each; a run alone may use them all
         threads = ["--num_threads", "1" if cfg.workers > 1 else "0"]
     return to_argv({**cfg.ppo.args, **run.args}) + [
-        "--reward", run.reward, "--policy", arts["sft"].spec, "--verifier", arts["psv"].spec,
+        "--reward", run.reward, "--policy", arts["sft"].spec, "--verifier", verifier_spec(cfg, arts),
         "--output_dir", str(art.dir), "--build_missing", "false", "--resume_from_checkpoint", "auto", *threads]
 
 
@@ -755,8 +780,21 @@ def cells(cfg: CompareConfig, world: bool) -> list[tuple[str, str, dict[str, Any
     return out
 
 
-def evaluate_policy(cfg: CompareConfig, policy_name: str, out: Path) -> None:
-    """Every method (and the reference) on one policy, into out/eval/<policy>/<label>/ (resumable)."""
+def eval_groups(cfg: CompareConfig, world: bool, workers: int) -> list[list[str]]:
+    """The cells of one policy split into evaluation jobs: one job with one worker; with more, BEATS
+    (about half of a policy's evaluation time on the world) apart from the other methods, so that
+    the last policy's evaluation does not leave cores idle while it runs alone."""
+    labels = [label for label, _, _ in cells(cfg, world)]
+    if workers <= 1:
+        return [labels]
+    heavy = [x for x in labels if x == "beats"]
+    rest = [x for x in labels if x not in heavy]
+    return [g for g in (heavy, rest) if g]
+
+
+def evaluate_policy(cfg: CompareConfig, policy_name: str, out: Path, labels: Sequence[str] | None = None) -> None:
+    """Every method (and the reference) on one policy, into out/eval/<policy>/<label>/ (resumable);
+    only the cells named in `labels` when given."""
     from inference.evaluate import (
         _Lazy,
         build_generator,
@@ -765,7 +803,7 @@ def evaluate_policy(cfg: CompareConfig, policy_name: str, out: Path) -> None:
         problems_fingerprint,
         read_results,
     )
-    from reward_models.load import load_verifier
+    from reward_models.load import load_verifier, pin_policy
 
     arts = artefacts(cfg)
     ev = cfg.eval
@@ -776,7 +814,7 @@ def evaluate_policy(cfg: CompareConfig, policy_name: str, out: Path) -> None:
     problems, world_rows = load_eval_problems(ev, arts["sft"].spec)
     fingerprint = problems_fingerprint(problems)
     ids = {p.id for p in problems}
-    spec = ev.verifier or arts["psv"].spec
+    spec = pin_policy(ev.verifier, arts["sft"].spec) if ev.verifier else verifier_spec(cfg, arts)
     generator = _Lazy(lambda: build_generator(ev.backend, policy, batch_size=ev.batch_size, device=ev.device,
                                               **ev.backend_options), "generator")
     verifier = _Lazy(lambda: load_verifier(spec, policy, world_rows=world_rows, batch_size=ev.verifier_batch_size,
@@ -784,6 +822,8 @@ def evaluate_policy(cfg: CompareConfig, policy_name: str, out: Path) -> None:
     exact = None
     try:
         for label, method, options in cells(cfg, bool(world_rows)):
+            if labels is not None and label not in labels:
+                continue
             module = load_method(method)
             config = method_config(module, options, ev.seed)
             if label == REFERENCE:
@@ -791,7 +831,9 @@ def evaluate_policy(cfg: CompareConfig, policy_name: str, out: Path) -> None:
                 cell_verifier, verifier_name = exact, "exact"
             else:
                 cell_verifier = None if method in NEEDS_NO_VERIFIER else verifier
-                verifier_name = None if cell_verifier is None else (ev.verifier or arts["psv"].ref)
+                verifier_name = (None if cell_verifier is None
+                                 else pin_policy(ev.verifier, arts["sft"].ref) if ev.verifier
+                                 else verifier_spec(cfg, arts, ref=True))
             cell_dir = out / "eval" / policy_name / label
             key = {"policy": arts[policy_name].ref, "verifier": verifier_name, "method": method,
                    "config": dataclasses.asdict(config), "problems": fingerprint, "backend": ev.backend,
@@ -1318,12 +1360,16 @@ def run(cfg: CompareConfig, out: Path, command: str = "") -> dict[str, Any]:
         jobs.append(Job(name=f"ppo_{name}", inline=lambda n=name: build_ppo_inline(cfg, n, arts, log_dir),
                         command=ppo_command(cfg, name, arts), finish=lambda a=art: finish_ppo(a)))
     train_jobs = [j.name for j in jobs]
+    groups = eval_groups(cfg, cfg.eval.dataset.startswith("world"), cfg.workers)
     for name in cfg.policies:
         dep = [f"ppo_{name}"] if f"ppo_{name}" in train_jobs else []
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--stage", f"eval:{name}", "--resolved",
-               str(out / RESOLVED), "--out", str(out)]
-        jobs.append(Job(name=f"eval_{name}", inline=lambda n=name: evaluate_policy(cfg, n, out), command=cmd,
-                        after=dep))
+        for k, group in enumerate(groups):
+            stage = f"eval:{name}" + (f":{'+'.join(group)}" if len(groups) > 1 else "")
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--stage", stage, "--resolved",
+                   str(out / RESOLVED), "--out", str(out)]
+            job_name = f"eval_{name}" + (f"_{k + 1}" if len(groups) > 1 else "")
+            jobs.append(Job(name=job_name, inline=lambda n=name, g=group: evaluate_policy(cfg, n, out, g),
+                            command=cmd, after=dep))
     train_seconds = time.time() - t0
     t1 = time.time()
     run_jobs(jobs, cfg.workers, log_dir)
@@ -1383,7 +1429,7 @@ def run(cfg: CompareConfig, out: Path, command: str = "") -> dict[str, Any]:
         "dataset": cfg.eval.dataset, "n_problems": len(problems_list), "problems_fingerprint": fingerprint,
         "policies": cfg.policies, "methods": list(cfg.eval.methods),
         "reference": REFERENCE if cfg.eval.reference_exact and world_rows and "stepco" in cfg.eval.methods else None,
-        "verifier": cfg.eval.verifier or arts["psv"].spec, "seed": cfg.eval.seed,
+        "verifier": cfg.eval.verifier or verifier_spec(cfg, arts), "seed": cfg.eval.seed,
         "budgets": {"same_problems_every_cell": True, "same_seeds_every_cell": True, "verifier_tokens_counted": True,
                     "gold_at_inference": False},
         "ppo_budget": ppo_budget,
@@ -1435,7 +1481,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="Override any config entry, e.g. --set eval.methods.stepco.threshold=0.6 (repeatable)")
     p.add_argument("--dry_run", action="store_true",
                    help="Print the plan (artefacts with their cache directories and status, cells) and exit")
-    p.add_argument("--stage", default=None, help=argparse.SUPPRESS)  # eval:<policy>, for subprocesses
+    p.add_argument("--stage", default=None, help=argparse.SUPPRESS)  # eval:<policy>[:<label>+...], subprocesses
     p.add_argument("--resolved", default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -1447,7 +1493,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not args.stage.startswith("eval:") or not args.resolved:
                 raise CompareError(f"--stage {args.stage}: expected eval:<policy> with --resolved")
             cfg = _build(CompareConfig, json.loads(Path(args.resolved).read_text()), "")
-            evaluate_policy(cfg, args.stage.split(":", 1)[1], Path(args.out))
+            _, name, *group = args.stage.split(":", 2)
+            evaluate_policy(cfg, name, Path(args.out), group[0].split("+") if group else None)
             return 0
         overrides: dict[str, Any] = {}
         if args.n_problems is not None:

@@ -131,3 +131,34 @@ def test_artefact_hashes_follow_what_defines_them(tmp_path):
     assert given["sft"].given and given["sft"].spec == str(tmp_path) and given["psv"].spec == "confidence"
     assert given["step_ppo"].key["policy"] == str(tmp_path)
     assert compare.to_argv({"a": True, "b": None, "c": 2}) == ["--a", "true", "--c", "2"]
+
+
+def test_combined_verifier_is_bound_to_the_sft_policy_and_keys_the_ppo_runs(tmp_path):
+    cache = {"cache_dir": str(tmp_path)}
+    base_cfg = compare.load_config(None, sets=["psv.combine_with=null"], overrides=cache)
+    base = compare.artefacts(base_cfg)
+    assert compare.verifier_spec(base_cfg, base) == base["psv"].spec  # the PSV alone
+    cfg = compare.load_config(None, overrides=cache)  # the default joins the SFT policy's step confidence
+    arts = compare.artefacts(cfg)
+    spec = compare.verifier_spec(cfg, arts)
+    assert spec == f"product:step-confidence:{arts['sft'].spec},{arts['psv'].spec}"
+    assert arts["psv"].dir == base["psv"].dir and arts["step_ppo"].dir != base["step_ppo"].dir
+    assert compare.ppo_argv(cfg, "step_ppo", arts)[compare.ppo_argv(cfg, "step_ppo", arts).index("--verifier") + 1] == spec
+    # A bare confidence verifier given as the PSV reads the SFT policy, whichever policy is evaluated.
+    given = compare.load_config(None, sets=[f"sft.path={tmp_path}", "psv.path=confidence", "psv.combine_with=null"])
+    assert compare.verifier_spec(given, compare.artefacts(given)) == f"confidence:{tmp_path}"
+    for bad in ("psv.combine_rule=max", "psv.combine_with=min:a,b"):
+        with pytest.raises(compare.CompareError, match="psv.combine"):
+            compare.load_config(None, sets=["psv.combine_with=step-confidence", bad])
+
+
+def test_evaluation_jobs_split_beats_from_the_other_methods_with_several_workers():
+    cfg = compare.load_config(None)
+    labels = [label for label, _, _ in compare.cells(cfg, True)]
+    assert compare.eval_groups(cfg, True, 1) == [labels]
+    groups = compare.eval_groups(cfg, True, 2)
+    assert groups == [["beats"], ["greedy", "self_consistency", "best_of_n", "stepco", compare.REFERENCE]]
+    assert sorted(sum(groups, [])) == sorted(labels)  # every cell in exactly one job
+    no_beats = compare.load_config(None, sets=["eval.methods.beats=null"])
+    assert compare.eval_groups(no_beats, True, 2) == [["greedy", "self_consistency", "best_of_n", "stepco",
+                                                      compare.REFERENCE]]
