@@ -33,6 +33,7 @@ with the same `--out` resumes every stage.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import dataclasses
 import hashlib
@@ -161,7 +162,7 @@ class PPOSection:
 class EvalSection:
     dataset: str = "world"
     """world, world:dev, a benchmark name (gsm8k, math500, ...) or a .jsonl file."""
-    n_problems: int = 250
+    n_problems: int = 200
     """Problems evaluated (the first n)."""
     world_seed: int = 0
     """Seed of the world problems."""
@@ -561,6 +562,28 @@ def ppo_argv(cfg: CompareConfig, name: str, arts: dict[str, Artefact]) -> list[s
 def ppo_command(cfg: CompareConfig, name: str, arts: dict[str, Artefact]) -> list[str]:
     prefix = shlex.split(cfg.launcher) if cfg.launcher else [sys.executable]
     return [*prefix, str(ROOT / "rl" / "ppo_step.py"), *ppo_argv(cfg, name, arts)]
+
+
+@contextlib.contextmanager
+def all_cores():
+    """Torch threads for a stage that runs alone (SFT, PSV): every core, then back to one.
+
+    This process keeps one torch thread otherwise (PPO runs and evaluations side by side take one
+    each); a lone stage on one thread would leave the other cores idle."""
+    import torch
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    before_env, before = os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads()
+    os.environ["OMP_NUM_THREADS"] = str(cores)  # rl.sft keeps one thread when this says 1
+    torch.set_num_threads(cores)
+    try:
+        yield cores
+    finally:
+        torch.set_num_threads(before)
+        if before_env is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = before_env
 
 
 def build_sft(cfg: CompareConfig, art: Artefact, log_dir: Path) -> None:
@@ -1345,10 +1368,12 @@ def run(cfg: CompareConfig, out: Path, command: str = "") -> dict[str, Any]:
     # 1. SFT and PSV, one after the other (everything else depends on them)
     t0 = time.time()
     sft, psv = arts["sft"], arts["psv"]
-    if not sft.complete():
-        build_sft(cfg, sft, log_dir)
-    if not psv.complete():
-        build_psv(cfg, psv, sft.spec)
+    with all_cores() as cores:
+        log(f"sft and psv: {cores} torch threads")
+        if not sft.complete():
+            build_sft(cfg, sft, log_dir)
+        if not psv.complete():
+            build_psv(cfg, psv, sft.spec)
 
     # 2. PPO runs (side by side with workers > 1), then 3. the evaluation of every policy
     jobs: list[Job] = []
