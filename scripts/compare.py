@@ -194,6 +194,11 @@ class EvalSection:
     """Also run StepCo with the exact checker (world only), as an upper reference."""
     curve_n: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
     """N of the self-consistency and Best-of-N points of the plot."""
+    threshold_dev_problems: int | None = 100
+    """StepCo's θ calibrated for earliest-error F1 on the SFT policy's greedy paths of this many
+    world *dev* problems (disjoint from the test problems), labelled by the world's checker; it
+    replaces methods.stepco.threshold for every policy (one verifier, one θ). null: the threshold
+    as written. World evaluation only."""
 
 
 @dataclass
@@ -371,6 +376,12 @@ def validate(cfg: CompareConfig) -> None:
                                    "it is evaluated on; give it a train split (e.g. a .jsonl file)")
     if ev.n_problems < 1:
         raise CompareError(f"eval.n_problems must be >= 1, got {ev.n_problems}")
+    if ev.threshold_dev_problems is not None:
+        if ev.threshold_dev_problems < 2:
+            raise CompareError(f"eval.threshold_dev_problems must be >= 2 or null, got {ev.threshold_dev_problems}")
+        if not ev.dataset.startswith("world"):
+            raise CompareError("eval.threshold_dev_problems calibrates on world dev paths: set it to null and "
+                               "give eval.methods.stepco.threshold for other datasets")
     if ev.chunk_size < 1 or ev.batch_size < 1 or ev.bootstrap_samples < 1:
         raise CompareError("eval.chunk_size, eval.batch_size and eval.bootstrap_samples must be >= 1")
     if not ev.methods:
@@ -1234,7 +1245,16 @@ def write_report(path: Path, s: dict[str, Any], cfg: CompareConfig) -> None:
         L.append(f"**PPO budget** (the same for every PPO policy): {ppo['num_updates']} updates × "
                  f"{ppo['prompts_per_update']} prompts × {ppo['samples_per_prompt']} samples = "
                  f"{ppo['responses']:,} sampled responses from {ppo['n_prompts']} training prompts ({ppo['dataset']}), "
-                 f"response limit {ppo['max_new_tokens']} tokens, seed {ppo['seed']}; rewards from the same PSV.\n")
+                 f"response limit {ppo['max_new_tokens']} tokens, seed {ppo['seed']}; rewards from the same verifier.\n")
+    cal = s.get("stepco_threshold")
+    if cal and cal.get("fallback"):
+        L.append(f"**StepCo's threshold** θ = {cal['threshold']} as configured: calibration on "
+                 f"{cal['dev_paths']} world dev paths was not possible ({cal['fallback']}).\n")
+    elif cal:
+        L.append(f"**StepCo's threshold** θ = {cal['threshold']:.4f}, calibrated for earliest-error F1 "
+                 f"({cal['dev_f1']:.3f}) on the SFT policy's greedy paths of {cal['dev_paths']} world *dev* problems "
+                 "(not the test problems), labelled by the world's checker; the same θ for every policy "
+                 f"(configured: {cal['configured_threshold']}).\n")
     L.append("## Artefacts\n")
     L.append("| artefact | status | directory | build time (s) | notes |")
     L.append("|---|---|---|---|---|")
@@ -1332,6 +1352,67 @@ def write_report(path: Path, s: dict[str, Any], cfg: CompareConfig) -> None:
 # the run
 
 
+def calibrate_stepco_threshold(cfg: CompareConfig, arts: dict[str, Artefact], out: Path) -> dict[str, Any] | None:
+    """θ for StepCo from world dev paths (see EvalSection.threshold_dev_problems); cached in
+    DIR/stepco_threshold.json under what it depends on. None when not asked for or no StepCo."""
+    ev = cfg.eval
+    if ev.threshold_dev_problems is None or "stepco" not in ev.methods:
+        return None
+    from inference.backends.base import SamplingParams
+    from reasoning.world import generate, world_config_of
+    from reward_models.evaluate import (
+        calibrate_threshold,
+        earliest_error_predictions,
+        processbench_metrics,
+        sample_world_paths,
+        score_items,
+        step_metric_inputs,
+    )
+    from reward_models.load import load_verifier, pin_policy
+
+    spec = pin_policy(ev.verifier, arts["sft"].spec) if ev.verifier else verifier_spec(cfg, arts)
+    max_new = int(ev.methods["stepco"].get("max_new_tokens", 192))
+    key = {"verifier": pin_policy(ev.verifier, arts["sft"].ref) if ev.verifier else verifier_spec(cfg, arts, ref=True),
+           "policy": arts["sft"].ref, "dev_problems": ev.threshold_dev_problems, "world_seed": ev.world_seed,
+           "max_new_tokens": max_new}
+    path = out / "stepco_threshold.json"
+    try:
+        cached = json.loads(path.read_text())
+        if cached.get("key") == key:
+            log(f"stepco threshold: reusing {cached['threshold']:.4f} from {path}")
+            return cached
+    except (OSError, json.JSONDecodeError, KeyError):
+        pass
+    start = time.time()
+    sft = arts["sft"].spec
+    rows = generate("dev", ev.threshold_dev_problems, ev.world_seed, world_config_of(sft))
+    from inference.evaluate import build_generator
+
+    generator = build_generator(ev.backend, sft, batch_size=ev.batch_size, device=ev.device, **ev.backend_options)
+    items = sample_world_paths(generator, rows, 1, SamplingParams(max_new_tokens=max_new, temperature=0.0))
+    verifier = load_verifier(spec, sft, batch_size=ev.verifier_batch_size, device=ev.device)
+    scores, _ = score_items(verifier, items, ev.verifier_batch_size)
+    s, g, _ = step_metric_inputs(items, scores)
+    configured = float(ev.methods["stepco"].get("threshold", 0.5))
+    fallback = None
+    try:
+        threshold = calibrate_threshold(s, g)
+    except ValueError as e:  # e.g. no correct dev path: F1 is undefined, keep the configured θ
+        threshold, fallback = configured, str(e)
+    metrics = processbench_metrics(earliest_error_predictions(s, threshold), g) if s else {
+        "f1": 0.0, "acc_erroneous": 0.0, "acc_correct": 0.0}
+    info = {"key": key, "threshold": threshold, "dev_paths": len(s), "dev_f1": metrics["f1"],
+            "dev_acc_erroneous": metrics["acc_erroneous"], "dev_acc_correct": metrics["acc_correct"],
+            "configured_threshold": configured, "fallback": fallback, "seconds": round(time.time() - start, 1)}
+    path.write_text(json.dumps(info, indent=2) + "\n")
+    if fallback:
+        log(f"warning: stepco threshold not calibrated ({fallback}); using the configured {configured}")
+    else:
+        log(f"stepco threshold: {threshold:.4f} (dev F1 {metrics['f1']:.3f} on {len(s)} greedy dev paths) in "
+            f"{info['seconds']:.0f}s")
+    return info
+
+
 def _read_cell(out: Path, policy: str, label: str) -> tuple[dict | None, list[dict]]:
     from inference.evaluate import read_results
 
@@ -1374,6 +1455,10 @@ def run(cfg: CompareConfig, out: Path, command: str = "") -> dict[str, Any]:
             build_sft(cfg, sft, log_dir)
         if not psv.complete():
             build_psv(cfg, psv, sft.spec)
+        calibration = calibrate_stepco_threshold(cfg, arts, out)
+    if calibration is not None:
+        cfg.eval.methods["stepco"]["threshold"] = calibration["threshold"]
+        (out / RESOLVED).write_text(json.dumps(_plain(cfg), indent=2) + "\n")  # what the stages read
 
     # 2. PPO runs (side by side with workers > 1), then 3. the evaluation of every policy
     jobs: list[Job] = []
@@ -1455,6 +1540,7 @@ def run(cfg: CompareConfig, out: Path, command: str = "") -> dict[str, Any]:
         "policies": cfg.policies, "methods": list(cfg.eval.methods),
         "reference": REFERENCE if cfg.eval.reference_exact and world_rows and "stepco" in cfg.eval.methods else None,
         "verifier": cfg.eval.verifier or verifier_spec(cfg, arts), "seed": cfg.eval.seed,
+        "stepco_threshold": calibration,
         "budgets": {"same_problems_every_cell": True, "same_seeds_every_cell": True, "verifier_tokens_counted": True,
                     "gold_at_inference": False},
         "ppo_budget": ppo_budget,
@@ -1464,7 +1550,7 @@ def run(cfg: CompareConfig, out: Path, command: str = "") -> dict[str, Any]:
             "sample_curves": "prompt tokens exact (k/N); completion and verifier tokens split by characters",
             "stepco_curve": "per-round tokens split by characters of reconstructed prompts, completions and paths",
         },
-        "stage_seconds": {"sft_and_psv": round(train_seconds, 1), "ppo_and_evaluation": round(jobs_seconds, 1),
+        "stage_seconds": {"sft_psv_and_calibration": round(train_seconds, 1), "ppo_and_evaluation": round(jobs_seconds, 1),
                           "report": round(report_seconds, 1)},
         "total_wall_seconds": 0.0,
         "command": command, "config": _plain(cfg),

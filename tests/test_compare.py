@@ -64,6 +64,15 @@ def test_quick_run_writes_every_cell_and_rerun_reuses_the_cache(tmp_path):
         assert sum(changes[k] for k in ("correct_to_correct", "incorrect_to_correct", "correct_to_incorrect",
                                         "incorrect_to_incorrect")) == 3
         assert changes["correct_to_correct"] + changes["incorrect_to_correct"] == cells["stepco"]["correct"]
+    cal = s["stepco_threshold"]
+    assert cal["dev_paths"] > 0 and 0.0 <= cal["threshold"] <= 1.0
+    if cal["fallback"]:  # no correct (or no erroneous) dev path: F1 undefined, the configured θ is kept
+        assert cal["threshold"] == cal["configured_threshold"] and "both" in cal["fallback"]
+    for policy in policies:  # one θ for every policy and for the reference
+        for label in ("stepco", compare.REFERENCE):
+            cell = json.loads((out / "eval" / policy / label / "summary.json").read_text())
+            assert cell["method_config"]["threshold"] == pytest.approx(cal["threshold"])
+    assert "StepCo's threshold" in (out / "report.md").read_text()
     assert {a["status"] for a in s["artefacts"].values()} == {"trained"}
     assert s["budgets"]["gold_at_inference"] is False and s["effects"]["headline"]
     report = (out / "report.md").read_text()
@@ -87,6 +96,7 @@ def test_quick_run_writes_every_cell_and_rerun_reuses_the_cache(tmp_path):
         bench = tmp_path / "gsm8k"
         assert compare.main(["--quick", "--out", str(bench), "--cache_dir", str(cache), "--n_problems", "2",
                              "--set", "eval.dataset=gsm8k", "--set", "eval.source=local",
+                             "--set", "eval.threshold_dev_problems=null",
                              "--set", f"eval.data_dir={data}"]) == 0
         assert _markers(cache) == before
         g = json.loads((bench / "summary.json").read_text())
@@ -147,6 +157,8 @@ def test_combined_verifier_is_bound_to_the_sft_policy_and_keys_the_ppo_runs(tmp_
     # A bare confidence verifier given as the PSV reads the SFT policy, whichever policy is evaluated.
     given = compare.load_config(None, sets=[f"sft.path={tmp_path}", "psv.path=confidence", "psv.combine_with=null"])
     assert compare.verifier_spec(given, compare.artefacts(given)) == f"confidence:{tmp_path}"
+    with pytest.raises(compare.CompareError, match="threshold_dev_problems"):
+        compare.load_config(None, sets=["eval.dataset=gsm8k"])
     for bad in ("psv.combine_rule=max", "psv.combine_with=min:a,b"):
         with pytest.raises(compare.CompareError, match="psv.combine"):
             compare.load_config(None, sets=["psv.combine_with=step-confidence", bad])
