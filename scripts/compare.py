@@ -1313,7 +1313,8 @@ def write_report(path: Path, s: dict[str, Any], cfg: CompareConfig) -> None:
         L.append("|---|---|---|---|---|---|---|---|")
         for policy in cfg.policies:
             for label, a in s["answer_changes"].get(policy, {}).items():
-                ver = "exact checker (reference)" if label == REFERENCE else "PSV" if ev.verifier is None else ev.verifier
+                ver = ("exact checker (reference)" if label == REFERENCE else ev.verifier or
+                       ("PSV" if cfg.psv.combine_with is None else f"PSV {cfg.psv.combine_rule} {cfg.psv.combine_with}"))
                 L.append(f"| {_pname(policy)} | {ver} | {a['correct_to_correct']} | {a['incorrect_to_correct']} | "
                          f"{a['correct_to_incorrect']} | {a['incorrect_to_incorrect']} | {a['revised']} of {a['n']} | "
                          f"{a['net_gain']:+d} |")
