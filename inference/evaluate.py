@@ -983,10 +983,9 @@ def run_from_args(args: EvalArguments, module: types.ModuleType, config: Any) ->
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    if os.environ.setdefault("OMP_NUM_THREADS", "1") == "1":
-        import torch
+    from reasoning.threads import one_thread_unless_told
 
-        torch.set_num_threads(1)  # torch read the thread count at import; one thread per process
+    one_thread_unless_told()  # torch read the thread count at import
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         args, module, config = parse_args(argv)

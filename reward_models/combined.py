@@ -39,12 +39,12 @@ class CombinedVerifier:
     def score(self, questions: Sequence[str], paths: Sequence[Sequence[str]]) -> list[list[float]]:
         validate_paths(questions, paths)
         per_part = [p.score(questions, paths) for p in self.parts]
+        combine = math.prod if self.rule == "product" else min
         out = []
         for i, steps in enumerate(paths):
             rows = [part[i] for part in per_part]
             if any(len(r) != len(steps) for r in rows):
                 raise ValueError(f"row {i}: a part returned {[len(r) for r in rows]} scores for {len(steps)} steps")
-            combine = math.prod if self.rule == "product" else min
             out.append([float(combine(col)) for col in zip(*rows)])
         return out
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
 from collections import Counter
@@ -526,10 +525,9 @@ def evaluate(args: EvalArguments) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     from trl import TrlParser
 
-    if os.environ.setdefault("OMP_NUM_THREADS", "1") == "1":
-        import torch
+    from reasoning.threads import one_thread_unless_told
 
-        torch.set_num_threads(1)  # torch read the thread count at import; one thread per process
+    one_thread_unless_told()  # torch read the thread count at import
     try:
         (args,) = TrlParser((EvalArguments,)).parse_args_and_config(args=argv)
         result = evaluate(args)

@@ -559,10 +559,9 @@ def train_verifier(
 def main(argv: list[str] | None = None) -> int:
     from trl import TrlParser
 
-    if os.environ.setdefault("OMP_NUM_THREADS", "1") == "1":
-        import torch
+    from reasoning.threads import one_thread_unless_told
 
-        torch.set_num_threads(1)  # torch read the thread count at import; one thread per process
+    one_thread_unless_told()  # torch read the thread count at import
     parser = TrlParser((PSVArguments, PSVTrainingConfig))
     try:
         args, training_args = parser.parse_args_and_config(args=argv)

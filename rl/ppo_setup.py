@@ -5,7 +5,6 @@ tiny SFT policy and PSV of the no-argument CPU run, built first when absent.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -32,16 +31,10 @@ def build_default_policy(path: str = DEFAULT_POLICY) -> None:
     from rl import sft
 
     _log(f"no policy at {path}: training the tiny SFT policy first (python -m rl.sft --output_dir {path})")
-    # rl.sft.main sets one thread unless OMP_NUM_THREADS says otherwise: keep this process's count
-    previous = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = str(torch.get_num_threads())
-    try:
+    from reasoning.threads import torch_threads
+
+    with torch_threads(torch.get_num_threads()):  # rl.sft.main would drop to one thread otherwise
         code = sft.main(["--output_dir", path])
-    finally:
-        if previous is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        else:
-            os.environ["OMP_NUM_THREADS"] = previous
     if code:
         raise RuntimeError(f"building the default policy failed with exit code {code}")
 

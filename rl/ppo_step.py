@@ -38,7 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     state = PartialState()
     import torch
 
-    torch.set_num_threads(args.num_threads or max(1, (os.cpu_count() or 1) // state.num_processes))
+    from reasoning.threads import available_cores
+
+    torch.set_num_threads(args.num_threads or max(1, available_cores() // state.num_processes))
     ensure_default_models(args, state.is_main_process)
     state.wait_for_everyone()
     train, train_rows = load_problems(args.dataset, args.n_prompts, args, "train")

@@ -11,7 +11,6 @@ of wrong answers, timings) and `D/eval_rows.jsonl` (one row per test problem).
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -163,10 +162,9 @@ def run(args: WorldSFTArguments, training_args) -> dict:
 def main(argv: list[str] | None = None) -> int:
     from trl import TrlParser
 
-    if os.environ.setdefault("OMP_NUM_THREADS", "1") == "1":
-        import torch
+    from reasoning.threads import one_thread_unless_told
 
-        torch.set_num_threads(1)  # torch read the thread count at import; one thread per process
+    one_thread_unless_told()  # torch read the thread count at import
     parser = TrlParser((WorldSFTArguments, WorldSFTConfig))
     args, training_args = parser.parse_args_and_config(args=argv)
     try:

@@ -33,7 +33,6 @@ with the same `--out` resumes every stage.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import dataclasses
 import hashlib
@@ -529,6 +528,16 @@ def verifier_spec(cfg: CompareConfig, arts: dict[str, Artefact], ref: bool = Fal
     return pin_policy(spec, sft)
 
 
+def methods_verifier_spec(cfg: CompareConfig, arts: dict[str, Artefact], ref: bool = False) -> str:
+    """The verifier of the methods: `eval.verifier` (bound to the SFT policy) when set, else
+    `verifier_spec`."""
+    from reward_models.load import pin_policy
+
+    if cfg.eval.verifier:
+        return pin_policy(cfg.eval.verifier, arts["sft"].ref if ref else arts["sft"].spec)
+    return verifier_spec(cfg, arts, ref)
+
+
 def to_argv(args: dict[str, Any]) -> list[str]:
     """A mapping as command-line flags (booleans as true/false; None means the script's default)."""
     argv = []
@@ -573,28 +582,6 @@ def ppo_argv(cfg: CompareConfig, name: str, arts: dict[str, Artefact]) -> list[s
 def ppo_command(cfg: CompareConfig, name: str, arts: dict[str, Artefact]) -> list[str]:
     prefix = shlex.split(cfg.launcher) if cfg.launcher else [sys.executable]
     return [*prefix, str(ROOT / "rl" / "ppo_step.py"), *ppo_argv(cfg, name, arts)]
-
-
-@contextlib.contextmanager
-def all_cores():
-    """Torch threads for a stage that runs alone (SFT, PSV): every core, then back to one.
-
-    This process keeps one torch thread otherwise (PPO runs and evaluations side by side take one
-    each); a lone stage on one thread would leave the other cores idle."""
-    import torch
-
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    before_env, before = os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads()
-    os.environ["OMP_NUM_THREADS"] = str(cores)  # rl.sft keeps one thread when this says 1
-    torch.set_num_threads(cores)
-    try:
-        yield cores
-    finally:
-        torch.set_num_threads(before)
-        if before_env is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        else:
-            os.environ["OMP_NUM_THREADS"] = before_env
 
 
 def build_sft(cfg: CompareConfig, art: Artefact, log_dir: Path) -> None:
@@ -837,7 +824,7 @@ def evaluate_policy(cfg: CompareConfig, policy_name: str, out: Path, labels: Seq
         problems_fingerprint,
         read_results,
     )
-    from reward_models.load import load_verifier, pin_policy
+    from reward_models.load import load_verifier
 
     arts = artefacts(cfg)
     ev = cfg.eval
@@ -848,7 +835,7 @@ def evaluate_policy(cfg: CompareConfig, policy_name: str, out: Path, labels: Seq
     problems, world_rows = load_eval_problems(ev, arts["sft"].spec)
     fingerprint = problems_fingerprint(problems)
     ids = {p.id for p in problems}
-    spec = pin_policy(ev.verifier, arts["sft"].spec) if ev.verifier else verifier_spec(cfg, arts)
+    spec = methods_verifier_spec(cfg, arts)
     generator = _Lazy(lambda: build_generator(ev.backend, policy, batch_size=ev.batch_size, device=ev.device,
                                               **ev.backend_options), "generator")
     verifier = _Lazy(lambda: load_verifier(spec, policy, world_rows=world_rows, batch_size=ev.verifier_batch_size,
@@ -865,9 +852,7 @@ def evaluate_policy(cfg: CompareConfig, policy_name: str, out: Path, labels: Seq
                 cell_verifier, verifier_name = exact, "exact"
             else:
                 cell_verifier = None if method in NEEDS_NO_VERIFIER else verifier
-                verifier_name = (None if cell_verifier is None
-                                 else pin_policy(ev.verifier, arts["sft"].ref) if ev.verifier
-                                 else verifier_spec(cfg, arts, ref=True))
+                verifier_name = None if cell_verifier is None else methods_verifier_spec(cfg, arts, ref=True)
             cell_dir = out / "eval" / policy_name / label
             key = {"policy": arts[policy_name].ref, "verifier": verifier_name, "method": method,
                    "config": dataclasses.asdict(config), "problems": fingerprint, "backend": ev.backend,
@@ -1369,11 +1354,11 @@ def calibrate_stepco_threshold(cfg: CompareConfig, arts: dict[str, Artefact], ou
         score_items,
         step_metric_inputs,
     )
-    from reward_models.load import load_verifier, pin_policy
+    from reward_models.load import load_verifier
 
-    spec = pin_policy(ev.verifier, arts["sft"].spec) if ev.verifier else verifier_spec(cfg, arts)
+    spec = methods_verifier_spec(cfg, arts)
     max_new = int(ev.methods["stepco"].get("max_new_tokens", 192))
-    key = {"verifier": pin_policy(ev.verifier, arts["sft"].ref) if ev.verifier else verifier_spec(cfg, arts, ref=True),
+    key = {"verifier": methods_verifier_spec(cfg, arts, ref=True),
            "policy": arts["sft"].ref, "dev_problems": ev.threshold_dev_problems, "world_seed": ev.world_seed,
            "max_new_tokens": max_new}
     path = out / "stepco_threshold.json"
@@ -1450,7 +1435,10 @@ def run(cfg: CompareConfig, out: Path, command: str = "") -> dict[str, Any]:
     # 1. SFT and PSV, one after the other (everything else depends on them)
     t0 = time.time()
     sft, psv = arts["sft"], arts["psv"]
-    with all_cores() as cores:
+    from reasoning.threads import available_cores, torch_threads
+
+    # the SFT and PSV stages run alone: every core (this process keeps one thread otherwise)
+    with torch_threads(available_cores()) as cores:
         log(f"sft and psv: {cores} torch threads")
         if not sft.complete():
             build_sft(cfg, sft, log_dir)
@@ -1540,7 +1528,7 @@ def run(cfg: CompareConfig, out: Path, command: str = "") -> dict[str, Any]:
         "dataset": cfg.eval.dataset, "n_problems": len(problems_list), "problems_fingerprint": fingerprint,
         "policies": cfg.policies, "methods": list(cfg.eval.methods),
         "reference": REFERENCE if cfg.eval.reference_exact and world_rows and "stepco" in cfg.eval.methods else None,
-        "verifier": cfg.eval.verifier or verifier_spec(cfg, arts), "seed": cfg.eval.seed,
+        "verifier": methods_verifier_spec(cfg, arts), "seed": cfg.eval.seed,
         "stepco_threshold": calibration,
         "budgets": {"same_problems_every_cell": True, "same_seeds_every_cell": True, "verifier_tokens_counted": True,
                     "gold_at_inference": False},
