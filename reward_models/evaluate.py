@@ -44,11 +44,10 @@ from pathlib import Path
 from typing import Any
 
 from reasoning.benchmarks import BENCHMARKS, DatasetError, iter_jsonl_objects, load_benchmark
-from reward_models.verifier import VerifierInputError, aggregate, validate_paths
+from reward_models.verifier import AGGREGATIONS, VerifierInputError, aggregate, validate_paths
 
 RULES = ("threshold", "drop")
 DEFAULT_THRESHOLD = {"threshold": 0.5, "drop": -0.5}
-AGGREGATIONS = ("mean", "min", "prod", "last")
 _EPS = 1e-6
 
 

@@ -96,6 +96,9 @@ def token_positions(offsets: Sequence[tuple[int, int]], char_positions: Sequence
     return out
 
 
+AGGREGATIONS = ("mean", "min", "prod", "last")
+
+
 def aggregate(scores: Sequence[float], how: str) -> float:
     """One number for a whole path from its step scores: mean (StepCo), min, prod or last."""
     if not scores:
@@ -111,4 +114,4 @@ def aggregate(scores: Sequence[float], how: str) -> float:
         return product
     if how == "last":
         return scores[-1]
-    raise ValueError(f"aggregation must be one of mean, min, prod, last; got {how!r}")
+    raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)}; got {how!r}")

@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 
 from transformers import TrainingArguments
 
+from reward_models.verifier import AGGREGATIONS
+from rl.step_rewards import SHAPING_MODES
+
 REWARD_MODES = ("step", "outcome", "gold", "step+gold")
-SHAPING_MODES = ("raw", "centered", "delta", "min")
 ADVANTAGE_ESTIMATORS = ("gae", "rloo")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
@@ -72,6 +74,13 @@ class StepPPOConfig(TrainingArguments):
     # --- rewards ------------------------------------------------------------------------------
     reward: str = field(default="step", metadata={"help": f"Reward: {', '.join(REWARD_MODES)}."})
     reward_shaping: str = field(default="delta", metadata={"help": f"Step score shaping: {', '.join(SHAPING_MODES)}."})
+    outcome_aggregation: str = field(
+        default="last",
+        metadata={"help": f"--reward outcome: the verifier's whole-path score from its step scores, one of "
+                          f"{', '.join(AGGREGATIONS)}. 'last' is a PSV's score at the final step (a value); "
+                          f"'min' suits verifiers that judge each step on its own (step-confidence), and "
+                          f"with --reward_shaping min gives outcome the same total reward as step."},
+    )
     step_reward_weight: float = field(default=1.0, metadata={"help": "Scale of verifier rewards."})
     gold_reward_weight: float = field(default=1.0, metadata={"help": "Scale of the gold outcome reward (1 right, 0 wrong)."})
     missing_eos_penalty: float = field(default=1.0, metadata={"help": "Subtracted at the last token of a truncated response."})
@@ -117,6 +126,7 @@ class StepPPOConfig(TrainingArguments):
 
         choose("reward", self.reward, REWARD_MODES)
         choose("reward_shaping", self.reward_shaping, SHAPING_MODES)
+        choose("outcome_aggregation", self.outcome_aggregation, AGGREGATIONS)
         choose("advantage_estimator", self.advantage_estimator, ADVANTAGE_ESTIMATORS)
         choose("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
         choose("critic_init", self.critic_init, ("verifier", "policy"))

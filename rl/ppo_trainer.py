@@ -38,6 +38,7 @@ from reasoning.prompts import solve_prompt
 from reasoning.steps import split_steps
 from reasoning.types import Problem
 from reward_models.annotate import has_answer
+from reward_models.verifier import aggregate
 from rl import ppo_math as M
 from rl.ppo_config import StepPPOConfig
 from rl.step_rewards import (
@@ -295,7 +296,8 @@ class StepPPOTrainer:
                     else:  # the steps could not be located in tokens: reward the path's end instead
                         outcome += args.step_reward_weight * shape_step_rewards([s[-1]], args.reward_shaping)[0]
                 else:  # outcome: the verifier's score of the whole path, at the last token
-                    outcome += args.step_reward_weight * shape_step_rewards([s[-1]], args.reward_shaping)[0]
+                    whole = aggregate(s, args.outcome_aggregation)
+                    outcome += args.step_reward_weight * shape_step_rewards([whole], args.reward_shaping)[0]
                 stats["verifier_total"] += sum(step_rewards) + outcome
             elif use_verifier:
                 stats["no_steps"] += 1

@@ -131,6 +131,20 @@ def test_outcome_gold_and_penalties_go_to_the_last_token(models, tmp_path):
     assert rewards[0, :last].abs().sum().item() == 0
     assert stats["rollout/truncated_frac"] == 1 and stats["rollout/no_answer_frac"] == 1
 
+    # the whole-path score can be another aggregate of the step scores: min(0.9, 0.2, 0.6) with
+    # min shaping is the same total reward step mode gives, all of it on the last token
+    for how, whole in (("min", 0.2), ("last", 0.6), ("mean", (0.9 + 0.2 + 0.6) / 3)):
+        agg, tok, train = make_trainer(models, tmp_path, FixedVerifier([0.9, 0.2, 0.6]), reward="outcome",
+                                       reward_shaping="min", outcome_aggregation=how)
+        text = join_steps(["Ava has 3 + 4 = 7 apples.", "So 7 - 2 = 5.", "The answer is <ans>5</ans>."])
+        batch, ids = rollouts_from_texts(agg, tok, train[:1], [text])
+        rewards, _ = agg.rewards(batch)
+        last = len(ids[0]) - 1
+        assert rewards[0, last].item() == pytest.approx(whole), how
+        assert rewards[0, :last].abs().sum().item() == 0
+    with pytest.raises(ValueError, match="outcome_aggregation"):
+        make_trainer(models, tmp_path, FixedVerifier([0.5]), reward="outcome", outcome_aggregation="max")
+
     gold_trainer, tok, train = make_trainer(models, tmp_path, None, reward="gold")
     problem = train[0]
     right = join_steps([f"The answer is <ans>{problem.answer}</ans>."])

@@ -73,7 +73,7 @@ from reasoning.prompts import (
 )
 from reasoning.steps import prefix_text, split_steps
 from reasoning.types import Problem
-from reward_models.verifier import aggregate
+from reward_models.verifier import AGGREGATIONS, aggregate
 
 logger = logging.getLogger(__name__)
 
@@ -133,8 +133,9 @@ class Config:
         for name in ("max_forward_steps", "width"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.verifier_aggregate not in ("mean", "min", "prod", "last"):
-            raise ValueError(f"verifier_aggregate must be mean, min, prod or last; got {self.verifier_aggregate!r}")
+        if self.verifier_aggregate not in AGGREGATIONS:
+            raise ValueError(f"verifier_aggregate must be one of {', '.join(AGGREGATIONS)}; "
+                             f"got {self.verifier_aggregate!r}")
         SamplingParams(temperature=self.temperature, top_p=self.top_p)  # validates both
 
 

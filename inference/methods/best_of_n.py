@@ -23,9 +23,7 @@ from reasoning.answers import extract_answer
 from reasoning.prompts import solve_prompt
 from reasoning.steps import split_steps
 from reasoning.types import Problem
-from reward_models.verifier import aggregate
-
-AGGREGATIONS = ("mean", "min", "prod", "last")
+from reward_models.verifier import AGGREGATIONS, aggregate
 
 
 @dataclass

@@ -21,9 +21,7 @@ from dataclasses import dataclass
 from inference.methods.base import MethodOutput, Tracker
 from inference.methods.stepco import check_loop_config, verify_and_revise
 from reasoning.types import Problem
-from reward_models.verifier import aggregate
-
-AGGREGATIONS = ("mean", "min", "prod", "last")
+from reward_models.verifier import AGGREGATIONS, aggregate
 
 
 @dataclass
