@@ -64,3 +64,18 @@ def test_shipped_recipe_is_the_embedded_default():
                  "train_sampling_strategy", "seed", "output_dir", "bf16"):
         assert getattr(from_yaml[1], name) == getattr(default[1], name), name
     assert default[0].world_config() == sft.WorldConfig()
+
+
+def test_verifier_lm_recipe_is_a_larger_model_of_the_same_world():
+    from pathlib import Path
+
+    from trl import TrlParser
+
+    root = Path(__file__).resolve().parents[1] / "configs" / "sft"
+    parser = TrlParser((sft.WorldSFTArguments, sft.WorldSFTConfig))
+    tiny, _ = parser.parse_args_and_config(args=["--config", str(root / "tiny_world.yaml")])
+    big, big_training = parser.parse_args_and_config(args=["--config", str(root / "verifier_lm.yaml")])
+    assert big.world_config() == tiny.world_config() and big.world_seed == tiny.world_seed
+    assert big.tasks == tiny.tasks and big.n_train == tiny.n_train
+    assert big.hidden_size * big.num_layers > tiny.hidden_size * tiny.num_layers
+    assert big_training.output_dir == "outputs/sft_big"
