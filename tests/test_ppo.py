@@ -279,7 +279,9 @@ def test_shipped_default_recipe_is_the_embedded_default():
     keys = yaml.safe_load((ROOT / "configs" / "ppo" / "tiny_world.yaml").read_text())
     for name in keys:
         assert getattr(from_yaml, name) == getattr(default, name), name
-    for recipe in ("world_compare.yaml", "gpu_qwen_math.yaml"):  # every shipped recipe parses and validates
+    recipes = sorted(p.name for p in (ROOT / "configs" / "ppo").glob("*.yaml"))
+    assert "world_compare_verifier_lm.yaml" in recipes
+    for recipe in recipes:  # every shipped recipe parses and validates
         # bf16 needs a GPU, which TrainingArguments checks: turned off to parse here
         (cfg,) = parser.parse_args_and_config(args=["--config", str(ROOT / "configs" / "ppo" / recipe), "--bf16", "false"])
         cfg.validate()
