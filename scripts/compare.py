@@ -1345,6 +1345,7 @@ def calibrate_stepco_threshold(cfg: CompareConfig, arts: dict[str, Artefact], ou
     if ev.threshold_dev_problems is None or "stepco" not in ev.methods:
         return None
     from inference.backends.base import SamplingParams
+    from inference.evaluate import build_generator
     from reasoning.world import generate, world_config_of
     from reward_models.evaluate import (
         calibrate_threshold,
@@ -1372,8 +1373,6 @@ def calibrate_stepco_threshold(cfg: CompareConfig, arts: dict[str, Artefact], ou
     start = time.time()
     sft = arts["sft"].spec
     rows = generate("dev", ev.threshold_dev_problems, ev.world_seed, world_config_of(sft))
-    from inference.evaluate import build_generator
-
     generator = build_generator(ev.backend, sft, batch_size=ev.batch_size, device=ev.device, **ev.backend_options)
     items = sample_world_paths(generator, rows, 1, SamplingParams(max_new_tokens=max_new, temperature=0.0))
     verifier = load_verifier(spec, sft, batch_size=ev.verifier_batch_size, device=ev.device)
