@@ -272,7 +272,8 @@ class StepPPOTrainer:
                     scores[i] = s
         rewards = torch.zeros((n, width))
         stats = {"truncated": 0, "no_answer": 0, "no_steps": 0, "correct": 0, "steps": 0, "step_score_sum": 0.0,
-                 "scored_steps": 0, "verifier_total": 0.0, "gold_total": 0.0, "penalty_total": 0.0}
+                 "scored_steps": 0, "verifier_total": 0.0, "gold_total": 0.0, "penalty_total": 0.0,
+                 "unlocated": 0}
         for i in range(n):
             ids = batch.response_ids[i, : lengths[i]].tolist()
             has_eos = bool(ids) and ids[-1] == tok.eos_token_id
@@ -293,8 +294,9 @@ class StepPPOTrainer:
                         offsets = offsets_from_token_ids(tok, body)
                         positions = char_to_token_positions(offsets, ends)
                         step_rewards = [args.step_reward_weight * r for r in shape_step_rewards(s, args.reward_shaping)]
-                    else:  # the steps could not be located in tokens: reward the path's end instead
-                        outcome += args.step_reward_weight * shape_step_rewards([s[-1]], args.reward_shaping)[0]
+                    else:  # the steps could not be located in tokens: the same total, at the path's end
+                        stats["unlocated"] += 1
+                        outcome += args.step_reward_weight * sum(shape_step_rewards(s, args.reward_shaping))
                 else:  # outcome: the verifier's score of the whole path, at the last token
                     whole = aggregate(s, args.outcome_aggregation)
                     outcome += args.step_reward_weight * shape_step_rewards([whole], args.reward_shaping)[0]
@@ -340,6 +342,7 @@ class StepPPOTrainer:
             "rollout/truncated_frac": stats["truncated"] / n,
             "rollout/no_answer_frac": stats["no_answer"] / n,
             "rollout/no_steps_frac": stats["no_steps"] / n,
+            "rollout/unlocated_steps_frac": stats["unlocated"] / n,
         }
         return rewards.to(self.accelerator.device), summary
 

@@ -120,6 +120,23 @@ def test_step_rewards_land_on_step_end_tokens(models, tmp_path):
     assert stats["rollout/steps_per_response"] == 2
 
 
+def test_steps_not_found_in_tokens_pay_the_same_total_at_the_end(models, tmp_path, monkeypatch):
+    # when a path's step ends cannot be matched to its scores, step mode pays what it would have
+    # paid in all (min-form: the weakest step's score) on the last token, and counts the path
+    import rl.ppo_trainer as trainer_module
+
+    monkeypatch.setattr(trainer_module, "step_end_char_positions", lambda text: [])
+    for shaping, total in (("min", 0.2), ("raw", 0.9 + 0.2 + 0.6), ("delta", 0.6 - 0.5)):
+        trainer, tok, train = make_trainer(models, tmp_path, FixedVerifier([0.9, 0.2, 0.6]), reward="step",
+                                           reward_shaping=shaping)
+        text = join_steps(["Ava has 3 + 4 = 7 apples.", "So 7 - 2 = 5.", "The answer is <ans>5</ans>."])
+        batch, ids = rollouts_from_texts(trainer, tok, train[:1], [text])
+        rewards, stats = trainer.rewards(batch)
+        last = len(ids[0]) - 1
+        assert rewards[0, last].item() == pytest.approx(total), shaping
+        assert rewards[0, :last].abs().sum().item() == 0
+        assert stats["rollout/unlocated_steps_frac"] == 1
+
 def test_outcome_gold_and_penalties_go_to_the_last_token(models, tmp_path):
     trainer, tok, train = make_trainer(models, tmp_path, FixedVerifier([0.9, 0.2]), reward="outcome",
                                        reward_shaping="raw", missing_eos_penalty=1.0, no_answer_penalty=0.5)
