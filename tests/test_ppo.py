@@ -230,6 +230,38 @@ def test_ppo_step_writes_metrics_eval_and_checkpoints(models, tmp_path, reward):
     assert (out / "policy" / "config.json").exists() and (out / "checkpoint-2" / "trainer_state.json").exists()
 
 
+def test_checkpoint_curve_evaluates_every_checkpoint(models, tmp_path, capsys):
+    from safetensors.torch import load_file
+
+    from rl import checkpoint_curve
+
+    out = tmp_path / "curve"
+    assert ppo_step.main(tiny_args(models, out, "--critic_warmup_updates", "0")) == 0
+    # the policy inside the last checkpoint is the exported final policy; the first one differs
+    final = load_file(str(out / "policy" / "model.safetensors"))
+    last = checkpoint_curve.policy_state_from_checkpoint(out / "checkpoint-2")
+    first = checkpoint_curve.policy_state_from_checkpoint(out / "checkpoint-1")
+    assert set(final) <= set(last) and all(torch.equal(final[k], last[k]) for k in final)
+    assert any(not torch.equal(first[k], last[k]) for k in final)
+
+    (out / "checkpoint-9").mkdir()  # a checkpoint without model weights is reported, not fatal
+    (out / "checkpoint-9" / "trainer_state.json").write_text("{}")
+    capsys.readouterr()
+    assert checkpoint_curve.main(tiny_args(models, out)) == 0
+    table = capsys.readouterr().out
+    curve = json.loads((out / "checkpoint_curve.json").read_text())
+    assert [c["update"] for c in curve["curve"]] == [1, 2] and curve["n"] == 6
+    assert [s["update"] for s in curve["skipped"]] == [9] and "model.safetensors" in curve["skipped"][0]["reason"]
+    result = json.loads((out / "eval.json").read_text())
+    assert curve["curve"][-1]["greedy_accuracy"] == pytest.approx(result["greedy_accuracy_after"])
+    assert curve["greedy_accuracy_before"] == pytest.approx(result["greedy_accuracy_before"])
+    assert "| 2 |" in table
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert checkpoint_curve.main(tiny_args(models, empty)) == 2
+
+
 def test_bad_config_values_are_clear_errors(models, tmp_path, capsys):
     assert ppo_step.main(tiny_args(models, tmp_path / "x", "--reward", "sparkle")) == 2
     assert "--reward must be one of" in capsys.readouterr().err

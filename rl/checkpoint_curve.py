@@ -1,0 +1,125 @@
+"""Greedy accuracy of every checkpoint of a PPO run: is the final policy's change a trend or noise?
+
+    python -m rl.checkpoint_curve --config configs/ppo/world_compare.yaml --output_dir outputs/ppo_compare/step
+
+Takes the run's own arguments (the same config and overrides as `rl/ppo_step.py`, so the same
+evaluation problems), rebuilds the policy as training built it (LoRA included), loads the policy
+weights of each `checkpoint-N`, and decodes the evaluation problems
+greedily (the last checkpoint is the final policy). Each point gets its paired-bootstrap change against the run's `eval_before_rows.jsonl`
+(the SFT policy on the same problems; evaluated here when the file is absent). Prints a markdown
+table and writes OUTPUT_DIR/checkpoint_curve.json.
+
+Checkpoints written by DeepSpeed (no `model.safetensors`) are reported and skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+POLICY_PREFIX = "policy."  # PolicyAndCritic keeps the policy under this name
+
+
+def checkpoint_points(out: Path) -> list[tuple[int, Path]]:
+    """(update, checkpoint directory) in update order, from the run's `checkpoint-N` folders."""
+    from rl.ppo_trainer import latest_checkpoints
+
+    return sorted(((int(p.name.split("-")[1]), p) for p in latest_checkpoints(out)), key=lambda t: t[0])
+
+
+def policy_state_from_checkpoint(path: Path) -> dict:
+    """The policy's weights inside an accelerate checkpoint of PolicyAndCritic."""
+    from safetensors.torch import load_file
+
+    weights = path / "model.safetensors"
+    if not weights.exists():
+        raise FileNotFoundError(f"{path}: no model.safetensors (a DeepSpeed checkpoint is not read here)")
+    state = {k[len(POLICY_PREFIX):]: v for k, v in load_file(str(weights)).items() if k.startswith(POLICY_PREFIX)}
+    if not state:
+        raise ValueError(f"{weights}: no '{POLICY_PREFIX}*' weights: not a PPO checkpoint")
+    return state
+
+
+def load_into(policy, state: dict) -> None:
+    """Load a checkpoint's policy weights; only tied output weights may be absent from it."""
+    missing, unexpected = policy.load_state_dict(state, strict=False)
+    tied = {k for k in missing if k.endswith("lm_head.weight")} if policy.config.tie_word_embeddings else set()
+    if unexpected or set(missing) - tied:
+        raise ValueError(f"checkpoint does not match the run's policy: missing {sorted(set(missing) - tied)[:5]}, "
+                         f"unexpected {sorted(unexpected)[:5]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from trl import TrlParser
+
+    from rl.ppo_config import StepPPOConfig
+
+    (args,) = TrlParser((StepPPOConfig,)).parse_args_and_config(args=argv)
+    out = Path(args.output_dir)
+    if not out.is_dir():
+        print(f"error: {out} is not a run directory", file=sys.stderr)
+        return 2
+    import torch
+
+    from inference.backends.hf import HFGenerator
+    from reasoning.stats import paired_bootstrap_diff
+    from rl.evaluation import greedy_eval
+    from rl.ppo_setup import load_policy, load_problems
+
+    torch.set_num_threads(args.num_threads or 1)
+    problems = load_problems(args.eval_dataset, args.n_eval, args, "test")[0]
+    if not problems:
+        print("error: no evaluation problems (--eval_dataset none?)", file=sys.stderr)
+        return 2
+    policy, tokenizer = load_policy(args)
+
+    def evaluate() -> list[dict]:
+        policy.eval()
+        gen = HFGenerator(policy, tokenizer, batch_size=args.greedy_eval_batch_size)
+        return greedy_eval(gen, problems, max_new_tokens=args.max_new_tokens)["rows"]
+
+    before_file = out / "eval_before_rows.jsonl"
+    if before_file.exists():
+        before_rows = [json.loads(line) for line in before_file.read_text().splitlines() if line.strip()]
+    else:
+        before_rows = evaluate()  # the policy as loaded, before any checkpoint
+    before = {r["id"]: float(r["correct"]) for r in before_rows}
+    ids = [p.id for p in problems]
+    if set(ids) - set(before):
+        print(f"error: {before_file} is not about this run's evaluation problems", file=sys.stderr)
+        return 2
+
+    curve, skipped = [], []
+    for update, path in checkpoint_points(out):  # the run's last checkpoint is its final policy
+        try:
+            load_into(policy, policy_state_from_checkpoint(path))
+        except (FileNotFoundError, ValueError) as err:
+            skipped.append({"update": update, "reason": str(err)})
+            print(f"skipped checkpoint-{update}: {err}", file=sys.stderr)
+            continue
+        rows = evaluate()
+        after = {r["id"]: float(r["correct"]) for r in rows}
+        change = paired_bootstrap_diff([before[i] for i in ids], [after[i] for i in ids],
+                                       resamples=args.bootstrap_resamples, seed=args.seed)
+        curve.append({"update": update, "greedy_accuracy": sum(after.values()) / len(after),
+                      "change": change["diff"], "ci_low": change["ci_low"], "ci_high": change["ci_high"]})
+        print(f"checkpoint-{update}: {curve[-1]['greedy_accuracy']:.3f}", file=sys.stderr)
+    if not curve:
+        print(f"error: no readable checkpoint-N in {out}", file=sys.stderr)
+        return 2
+    base = sum(before[i] for i in ids) / len(ids)
+    print(f"| update | greedy accuracy | change vs before ({base:.3f}) [95% CI] |")
+    print("|---|---|---|")
+    for c in curve:
+        print(f"| {c['update']} | {c['greedy_accuracy']:.3f} | {c['change']:+.3f} [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}] |")
+    result = {"n": len(ids), "greedy_accuracy_before": base, "curve": curve, "skipped": skipped}
+    (out / "checkpoint_curve.json").write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
