@@ -120,6 +120,17 @@ def test_step_rewards_land_on_step_end_tokens(models, tmp_path):
     assert stats["rollout/steps_per_response"] == 2
 
 
+THREE_STEPS = ["Ava has 3 + 4 = 7 apples.", "So 7 - 2 = 5.", "The answer is <ans>5</ans>."]
+
+
+def rewards_of_three_step_path(models, tmp_path, **overrides):
+    """Rewards of one answered path of three steps scored 0.9, 0.2, 0.6, and its last token."""
+    trainer, tok, train = make_trainer(models, tmp_path, FixedVerifier([0.9, 0.2, 0.6]), **overrides)
+    batch, ids = rollouts_from_texts(trainer, tok, train[:1], [join_steps(THREE_STEPS)])
+    rewards, stats = trainer.rewards(batch)
+    return rewards[0], stats, len(ids[0]) - 1
+
+
 def test_steps_not_found_in_tokens_pay_the_same_total_at_the_end(models, tmp_path, monkeypatch):
     # when a path's step ends cannot be matched to its scores, step mode pays what it would have
     # paid in all (min-form: the weakest step's score) on the last token, and counts the path
@@ -127,15 +138,11 @@ def test_steps_not_found_in_tokens_pay_the_same_total_at_the_end(models, tmp_pat
 
     monkeypatch.setattr(trainer_module, "step_end_char_positions", lambda text: [])
     for shaping, total in (("min", 0.2), ("raw", 0.9 + 0.2 + 0.6), ("delta", 0.6 - 0.5)):
-        trainer, tok, train = make_trainer(models, tmp_path, FixedVerifier([0.9, 0.2, 0.6]), reward="step",
-                                           reward_shaping=shaping)
-        text = join_steps(["Ava has 3 + 4 = 7 apples.", "So 7 - 2 = 5.", "The answer is <ans>5</ans>."])
-        batch, ids = rollouts_from_texts(trainer, tok, train[:1], [text])
-        rewards, stats = trainer.rewards(batch)
-        last = len(ids[0]) - 1
-        assert rewards[0, last].item() == pytest.approx(total), shaping
-        assert rewards[0, :last].abs().sum().item() == 0
+        row, stats, last = rewards_of_three_step_path(models, tmp_path, reward="step", reward_shaping=shaping)
+        assert row[last].item() == pytest.approx(total), shaping
+        assert row[:last].abs().sum().item() == 0
         assert stats["rollout/unlocated_steps_frac"] == 1
+
 
 def test_outcome_gold_and_penalties_go_to_the_last_token(models, tmp_path):
     trainer, tok, train = make_trainer(models, tmp_path, FixedVerifier([0.9, 0.2]), reward="outcome",
@@ -151,14 +158,10 @@ def test_outcome_gold_and_penalties_go_to_the_last_token(models, tmp_path):
     # the whole-path score can be another aggregate of the step scores: min(0.9, 0.2, 0.6) with
     # min shaping is the same total reward step mode gives, all of it on the last token
     for how, whole in (("min", 0.2), ("last", 0.6), ("mean", (0.9 + 0.2 + 0.6) / 3)):
-        agg, tok, train = make_trainer(models, tmp_path, FixedVerifier([0.9, 0.2, 0.6]), reward="outcome",
-                                       reward_shaping="min", outcome_aggregation=how)
-        text = join_steps(["Ava has 3 + 4 = 7 apples.", "So 7 - 2 = 5.", "The answer is <ans>5</ans>."])
-        batch, ids = rollouts_from_texts(agg, tok, train[:1], [text])
-        rewards, _ = agg.rewards(batch)
-        last = len(ids[0]) - 1
-        assert rewards[0, last].item() == pytest.approx(whole), how
-        assert rewards[0, :last].abs().sum().item() == 0
+        row, _, last = rewards_of_three_step_path(models, tmp_path, reward="outcome", reward_shaping="min",
+                                                  outcome_aggregation=how)
+        assert row[last].item() == pytest.approx(whole), how
+        assert row[:last].abs().sum().item() == 0
     with pytest.raises(ValueError, match="outcome_aggregation"):
         make_trainer(models, tmp_path, FixedVerifier([0.5]), reward="outcome", outcome_aggregation="max")
 
