@@ -4,10 +4,10 @@
 
 Takes the run's own arguments (the same config and overrides as `rl/ppo_step.py`, so the same
 evaluation problems), rebuilds the policy as training built it (LoRA included), loads the policy
-weights of each `checkpoint-N`, and decodes the evaluation problems
-greedily (the last checkpoint is the final policy). Each point gets its paired-bootstrap change against the run's `eval_before_rows.jsonl`
-(the SFT policy on the same problems; evaluated here when the file is absent). Prints a markdown
-table and writes OUTPUT_DIR/checkpoint_curve.json.
+weights of each `checkpoint-N` (the last one is the final policy) and decodes the evaluation
+problems greedily. Each point gets its paired-bootstrap change against the run's
+`eval_before_rows.jsonl` (the SFT policy on the same problems; evaluated here when the file is
+absent). Prints a markdown table and writes OUTPUT_DIR/checkpoint_curve.json.
 
 Checkpoints written by DeepSpeed (no `model.safetensors`) are reported and skipped.
 """

@@ -264,6 +264,16 @@ def test_checkpoint_curve_evaluates_every_checkpoint(models, tmp_path, capsys):
     empty.mkdir()
     assert checkpoint_curve.main(tiny_args(models, empty)) == 2
 
+    # a LoRA run's checkpoints hold adapter weights: the curve rebuilds the same adapted policy
+    lora = tmp_path / "lora"
+    lora_args = ["--critic_warmup_updates", "0", "--use_peft", "true", "--lora_r", "4"]
+    assert ppo_step.main(tiny_args(models, lora, *lora_args)) == 0
+    assert checkpoint_curve.main(tiny_args(models, lora, *lora_args)) == 0
+    curve = json.loads((lora / "checkpoint_curve.json").read_text())
+    assert [c["update"] for c in curve["curve"]] == [1, 2] and not curve["skipped"]
+    assert curve["curve"][-1]["greedy_accuracy"] == pytest.approx(
+        json.loads((lora / "eval.json").read_text())["greedy_accuracy_after"])
+
 
 def test_bad_config_values_are_clear_errors(models, tmp_path, capsys):
     assert ppo_step.main(tiny_args(models, tmp_path / "x", "--reward", "sparkle")) == 2
