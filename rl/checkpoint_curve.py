@@ -66,8 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from inference.backends.hf import HFGenerator
-    from reasoning.stats import paired_bootstrap_diff
-    from rl.evaluation import greedy_eval
+    from rl.evaluation import compare_greedy_rows, greedy_eval
     from rl.ppo_setup import load_policy, load_problems
 
     torch.set_num_threads(args.num_threads or 1)
@@ -87,9 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         before_rows = [json.loads(line) for line in before_file.read_text().splitlines() if line.strip()]
     else:
         before_rows = evaluate()  # the policy as loaded, before any checkpoint
-    before = {r["id"]: float(r["correct"]) for r in before_rows}
-    ids = [p.id for p in problems]
-    if set(ids) - set(before):
+    if {p.id for p in problems} - {r["id"] for r in before_rows}:
         print(f"error: {before_file} is not about this run's evaluation problems", file=sys.stderr)
         return 2
 
@@ -101,22 +98,20 @@ def main(argv: list[str] | None = None) -> int:
             skipped.append({"update": update, "reason": str(err)})
             print(f"skipped checkpoint-{update}: {err}", file=sys.stderr)
             continue
-        rows = evaluate()
-        after = {r["id"]: float(r["correct"]) for r in rows}
-        change = paired_bootstrap_diff([before[i] for i in ids], [after[i] for i in ids],
-                                       resamples=args.bootstrap_resamples, seed=args.seed)
-        curve.append({"update": update, "greedy_accuracy": sum(after.values()) / len(after),
-                      "change": change["diff"], "ci_low": change["ci_low"], "ci_high": change["ci_high"]})
-        print(f"checkpoint-{update}: {curve[-1]['greedy_accuracy']:.3f}", file=sys.stderr)
+        c = compare_greedy_rows(before_rows, evaluate(), args.bootstrap_resamples, args.seed)
+        curve.append({"update": update, "greedy_accuracy": c["greedy_accuracy_after"], "change": c["improvement"],
+                      "ci_low": c["improvement_ci_low"], "ci_high": c["improvement_ci_high"]})
+        print(f"checkpoint-{update}: {c['greedy_accuracy_after']:.3f}", file=sys.stderr)
     if not curve:
         print(f"error: no readable checkpoint-N in {out}", file=sys.stderr)
         return 2
-    base = sum(before[i] for i in ids) / len(ids)
+    base = c["greedy_accuracy_before"]
     print(f"| update | greedy accuracy | change vs before ({base:.3f}) [95% CI] |")
     print("|---|---|---|")
-    for c in curve:
-        print(f"| {c['update']} | {c['greedy_accuracy']:.3f} | {c['change']:+.3f} [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}] |")
-    result = {"n": len(ids), "greedy_accuracy_before": base, "curve": curve, "skipped": skipped}
+    for point in curve:
+        print(f"| {point['update']} | {point['greedy_accuracy']:.3f} | {point['change']:+.3f} "
+              f"[{point['ci_low']:+.3f}, {point['ci_high']:+.3f}] |")
+    result = {"n": len(problems), "greedy_accuracy_before": base, "curve": curve, "skipped": skipped}
     (out / "checkpoint_curve.json").write_text(json.dumps(result, indent=2))
     return 0
 

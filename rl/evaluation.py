@@ -8,6 +8,7 @@ from typing import Any
 from inference.backends.base import SamplingParams
 from reasoning.grading import grade
 from reasoning.prompts import solve_prompt
+from reasoning.stats import paired_bootstrap_diff
 from reasoning.steps import split_steps
 from reasoning.types import Problem
 from reasoning.world import error_kind
@@ -40,3 +41,15 @@ def greedy_eval(generator, problems: list[Problem], max_new_tokens: int = 192) -
     if mix:
         summary["error_mix"] = dict(mix.most_common())
     return {"summary": summary, "rows": rows}
+
+
+def compare_greedy_rows(before_rows: list[dict], after_rows: list[dict], resamples: int, seed: int) -> dict[str, Any]:
+    """Greedy accuracy before and after on the problems both row sets share, and the paired
+    bootstrap interval of the change (the keys of a PPO run's eval.json)."""
+    by_id = {r["id"]: r for r in after_rows}
+    ids = [r["id"] for r in before_rows if r["id"] in by_id]
+    b = [float(row["correct"]) for row in before_rows if row["id"] in by_id]
+    a = [float(by_id[i]["correct"]) for i in ids]
+    diff = paired_bootstrap_diff(b, a, resamples=resamples, seed=seed)
+    return {"n": len(ids), "greedy_accuracy_before": sum(b) / len(b), "greedy_accuracy_after": sum(a) / len(a),
+            "improvement": diff["diff"], "improvement_ci_low": diff["ci_low"], "improvement_ci_high": diff["ci_high"]}

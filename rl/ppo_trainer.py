@@ -40,6 +40,7 @@ from reasoning.types import Problem
 from reward_models.annotate import has_answer
 from reward_models.verifier import aggregate
 from rl import ppo_math as M
+from rl.evaluation import compare_greedy_rows
 from rl.ppo_config import StepPPOConfig
 from rl.step_rewards import (
     RunningMeanStd,
@@ -593,7 +594,7 @@ class StepPPOTrainer:
             if before is not None:
                 after = self.greedy_eval()
                 _write_jsonl(self.out / "eval_after_rows.jsonl", after["rows"])
-                result.update(_compare(before["rows"], after["rows"], args.bootstrap_resamples, args.seed))
+                result.update(compare_greedy_rows(before["rows"], after["rows"], args.bootstrap_resamples, args.seed))
                 if "summary" in after:
                     result["error_mix_after"] = after["summary"].get("error_mix", {})
             (self.out / "eval.json").write_text(json.dumps(result, indent=2))
@@ -655,18 +656,6 @@ def resolve_checkpoint(out: Path, resume: str | None) -> Path | None:
     if not (path / "trainer_state.json").exists():
         raise FileNotFoundError(f"--resume_from_checkpoint {resume}: not a checkpoint (no trainer_state.json)")
     return path
-
-
-def _compare(before_rows: list[dict], after_rows: list[dict], resamples: int, seed: int) -> dict[str, Any]:
-    from reasoning.stats import paired_bootstrap_diff
-
-    by_id = {r["id"]: r for r in after_rows}
-    ids = [r["id"] for r in before_rows if r["id"] in by_id]
-    b = [float(next_row["correct"]) for next_row in before_rows if next_row["id"] in by_id]
-    a = [float(by_id[i]["correct"]) for i in ids]
-    diff = paired_bootstrap_diff(b, a, resamples=resamples, seed=seed)
-    return {"n": len(ids), "greedy_accuracy_before": sum(b) / len(b), "greedy_accuracy_after": sum(a) / len(a),
-            "improvement": diff["diff"], "improvement_ci_low": diff["ci_low"], "improvement_ci_high": diff["ci_high"]}
 
 
 def _save_policy(policy, tokenizer, path: Path) -> None:
