@@ -12,7 +12,7 @@ from reward_models.verifier import AGGREGATIONS
 from rl.step_rewards import SHAPING_MODES
 
 REWARD_MODES = ("step", "outcome", "gold", "step+gold")
-ADVANTAGE_ESTIMATORS = ("gae", "rloo")
+ADVANTAGE_ESTIMATORS = ("gae", "rloo", "group")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
 
@@ -59,6 +59,16 @@ class StepPPOConfig(TrainingArguments):
     eval_dataset: str = field(default="world", metadata={"help": "Greedy evaluation set: 'world', a benchmark, "
                                                                   "a JSONL file, or 'none'."})
     n_eval: int = field(default=500, metadata={"help": "Evaluation problems (world: the test split)."})
+    n_probe: int = field(
+        default=100,
+        metadata={"help": "Probe problems for the learning curve (world: the dev split; otherwise the first "
+                          "training prompts); 0 turns probing off."},
+    )
+    probe_every: int = field(
+        default=10,
+        metadata={"help": "Every N updates (and at the start and end), greedy accuracy on the probe problems and "
+                          "sampled accuracy on those greedy got wrong at the start, logged as probe/*."},
+    )
     world_seed: int = field(default=0, metadata={"help": "Seed of the world's test split (as in SFT)."})
 
     # --- rollouts -----------------------------------------------------------------------------
@@ -89,7 +99,14 @@ class StepPPOConfig(TrainingArguments):
     reward_normalize: bool = field(default=False, metadata={"help": "Divide rewards by their running std."})
 
     # --- PPO ----------------------------------------------------------------------------------
-    advantage_estimator: str = field(default="gae", metadata={"help": "gae (critic) or rloo (leave-one-out baseline, no critic)."})
+    advantage_estimator: str = field(
+        default="gae",
+        metadata={"help": "gae (critic), rloo (leave-one-out baseline, no critic) or group (no critic: every "
+                          "step reward normalised over the rewards of its prompt's samples, a token's advantage "
+                          "the sum of the normalised rewards of the steps ending at or after it, DeepSeekMath's "
+                          "process supervision; an outcome reward makes it GRPO; the KL penalty is a k3 loss "
+                          "term, as in GRPO)."},
+    )
     gamma: float = field(default=1.0, metadata={"help": "Discount."})
     lam: float = field(default=0.95, metadata={"help": "GAE lambda."})
     whiten_advantages: bool = field(default=True, metadata={"help": "Normalise advantages per batch."})
@@ -104,7 +121,12 @@ class StepPPOConfig(TrainingArguments):
     kl_target: float = field(default=0.5, metadata={"help": "Adaptive KL: target KL per response."})
     kl_horizon: int = field(default=10000, metadata={"help": "Adaptive KL: horizon in responses."})
     critic_learning_rate: float | None = field(default=None, metadata={"help": "Critic learning rate (default: learning_rate)."})
-    critic_warmup_updates: int = field(default=5, metadata={"help": "Updates that train only the critic first."})
+    critic_warmup_updates: int = field(default=5, metadata={"help": "Updates that train only the critic first (gae)."})
+    disable_dropout: bool = field(
+        default=True,
+        metadata={"help": "Turn dropout off in policy, critic and reference: PPO compares forwards of the same "
+                          "weights, which dropout would make differ by noise."},
+    )
 
     # --- optimisation (TrainingArguments fields with the CPU defaults) ------------------------
     learning_rate: float = field(default=3e-5, metadata={"help": "Policy learning rate."})
@@ -135,12 +157,15 @@ class StepPPOConfig(TrainingArguments):
                      "num_mini_batches", "n_prompts", "generation_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("n_probe", "probe_every"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}")
         if self.temperature <= 0:
             raise ValueError(f"--temperature must be > 0 for PPO rollouts, got {self.temperature}")
         if not 0 <= self.gamma <= 1 or not 0 <= self.lam <= 1:
             raise ValueError("--gamma and --lam must be in [0, 1]")
-        if self.advantage_estimator == "rloo" and self.samples_per_prompt < 2:
-            raise ValueError("--advantage_estimator rloo needs --samples_per_prompt >= 2")
+        if self.advantage_estimator in ("rloo", "group") and self.samples_per_prompt < 2:
+            raise ValueError(f"--advantage_estimator {self.advantage_estimator} needs --samples_per_prompt >= 2")
         batch = self.prompts_per_update * self.samples_per_prompt
         if batch % self.num_mini_batches:
             raise ValueError(f"prompts_per_update * samples_per_prompt ({batch}) must be divisible by "

@@ -31,6 +31,14 @@ of the same prompt::
 
     b_i = (Σ_{j≠i} s_j) / (k − 1)
 
+Group-normalised step advantages (DeepSeekMath's process supervision for GRPO, Shao et al. 2024):
+the rewards of every step of every sample of one prompt form a set ``R``; each is normalised over
+it, and a token's advantage is the sum of the normalised rewards of the steps ending at or after
+it. An outcome reward is one reward at the last token, which makes this GRPO's outcome baseline::
+
+    r̃_s = (r_s − mean(R)) / (std(R) + ε)
+    A_t = Σ_{s : end(s) ≥ t} r̃_s
+
 PPO clipped surrogate (Schulman et al. 2017), ``ρ_t = exp(logp − logp_old)``, minimised::
 
     L_pg = mean_t max(−A_t ρ_t, −A_t clip(ρ_t, 1 − ε, 1 + ε))
@@ -55,7 +63,9 @@ __all__ = [
     "FixedKLController",
     "discounted_returns",
     "entropy_from_logits",
+    "explained_variance",
     "gae",
+    "group_step_advantages",
     "is_finite_batch",
     "leave_one_out_baseline",
     "logprobs_from_logits",
@@ -208,6 +218,18 @@ def gae(
     return advantages, returns
 
 
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
+    """1 − Var(R − V) / Var(R) over the masked tokens: 1 for a perfect critic, 0 for one that predicts
+    the mean, negative for one worse than that (0 when the returns do not vary)."""
+    mask = _as_float_mask(mask, returns)
+    var_returns = masked_mean((returns - masked_mean(returns, mask)) ** 2, mask)
+    if var_returns.item() <= 1e-12:
+        return 0.0
+    residual = returns - values
+    var_residual = masked_mean((residual - masked_mean(residual, mask)) ** 2, mask)
+    return float(1.0 - var_residual / var_returns)
+
+
 def discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
     """Return-to-go per token, G_t = r_t + γ G_{t+1}, over [B, T]; 0 at padded positions."""
     mask = _as_float_mask(mask, rewards)
@@ -238,6 +260,44 @@ def leave_one_out_baseline(scores: torch.Tensor, group_size: int) -> torch.Tenso
     groups = scores.view(-1, group_size)
     others = groups.sum(dim=1, keepdim=True) - groups  # Σ_{j≠i} s_j
     return (others / (group_size - 1)).reshape(-1)
+
+
+def group_step_advantages(
+    rewards: torch.Tensor, reward_mask: torch.Tensor, mask: torch.Tensor, group_size: int, eps: float = 1e-6
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Critic-free step-level advantages over [B, T] response tokens (DeepSeekMath's process supervision).
+
+    `rewards` holds each step's reward on the token that ends the step, `reward_mask` marks those
+    tokens (a sample with an outcome reward only has one mark, on its last token), and the B rows
+    are groups of `group_size` samples of one prompt, contiguous. Every marked reward is normalised
+    by the mean and standard deviation (population) of the marked rewards of its group; a token's
+    advantage is the sum of the normalised rewards marked at or after it. A group whose rewards
+    are all equal (or that has a single reward) has advantage 0 everywhere: it carries no signal.
+
+    Returns (advantages [B, T], 0 at padding; stats with `flat_groups`, the fraction of groups
+    whose marked rewards were all equal).
+    """
+    if rewards.shape != reward_mask.shape or rewards.shape != mask.shape:
+        raise ValueError(f"rewards {tuple(rewards.shape)}, reward_mask {tuple(reward_mask.shape)} and mask "
+                         f"{tuple(mask.shape)} must have one shape")
+    if group_size < 1 or rewards.shape[0] % group_size:
+        raise ValueError(f"the batch of {rewards.shape[0]} rows is not made of groups of {group_size}")
+    mask = _as_float_mask(mask, rewards.float())
+    marked = (reward_mask != 0) & (mask != 0)
+    rewards = torch.where(marked, rewards.float(), torch.zeros_like(rewards, dtype=torch.float32))
+    b, t = rewards.shape
+    g = rewards.view(-1, group_size * t)
+    m = marked.view(-1, group_size * t).float()
+    count = m.sum(-1, keepdim=True)
+    mean = (g * m).sum(-1, keepdim=True) / count.clamp(min=1)
+    var = (((g - mean) ** 2) * m).sum(-1, keepdim=True) / count.clamp(min=1)
+    std = var.sqrt()
+    flat = (std.squeeze(-1) <= eps)
+    normalised = torch.where(flat[:, None], torch.zeros_like(g), (g - mean) / (std + eps)) * m
+    normalised = normalised.view(b, t)
+    # A_t = Σ_{t' >= t} r̃_t': a reversed cumulative sum
+    advantages = torch.flip(torch.cumsum(torch.flip(normalised, [1]), 1), [1]) * mask
+    return advantages, {"flat_groups": flat.float().mean().item()}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -135,3 +135,13 @@ def load_verifier_for(args: StepPPOConfig, world_rows: list[dict], device):
     from reward_models.load import load_verifier
 
     return load_verifier(args.verifier, args.policy, world_rows=world_rows, device=str(device))
+
+
+def load_probe_problems(args: StepPPOConfig, train: list[Problem]) -> list[Problem]:
+    """The learning-curve probe: world dev problems (seen by neither SFT nor PPO nor the test), or
+    the first training prompts of another dataset."""
+    if not args.n_probe or not args.probe_every:
+        return []
+    if args.dataset == "world":
+        return load_problems("world", args.n_probe, args, "dev")[0]
+    return train[: args.n_probe]

@@ -24,7 +24,14 @@ def main(argv: list[str] | None = None) -> int:
     from trl import TrlParser
 
     from rl.ppo_config import StepPPOConfig
-    from rl.ppo_setup import ensure_default_models, load_critic, load_policy, load_problems, load_verifier_for
+    from rl.ppo_setup import (
+        ensure_default_models,
+        load_critic,
+        load_policy,
+        load_probe_problems,
+        load_problems,
+        load_verifier_for,
+    )
     from rl.ppo_trainer import StepPPOTrainer
 
     (args,) = TrlParser((StepPPOConfig,)).parse_args_and_config(args=argv)
@@ -45,12 +52,16 @@ def main(argv: list[str] | None = None) -> int:
     state.wait_for_everyone()
     train, train_rows = load_problems(args.dataset, args.n_prompts, args, "train")
     evaluation = [] if args.eval_dataset == "none" else load_problems(args.eval_dataset, args.n_eval, args, "test")[0]
+    probe = load_probe_problems(args, train)
+    from transformers import set_seed
+
+    set_seed(args.seed)  # before any weight is made: LoRA matrices and a new value head come from it
     policy, tokenizer = load_policy(args)
     critic = load_critic(args, tokenizer)
     verifier = None
     if args.reward != "gold":
         verifier = load_verifier_for(args, train_rows, state.device)
-    trainer = StepPPOTrainer(args, policy, tokenizer, critic, verifier, train, evaluation)
+    trainer = StepPPOTrainer(args, policy, tokenizer, critic, verifier, train, evaluation, probe_problems=probe)
     result = trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     if state.is_main_process:
         print(json.dumps({k: v for k, v in result.items() if not isinstance(v, dict)}))

@@ -80,6 +80,7 @@ class Rollouts:
     response_mask: torch.Tensor  # 1 on response tokens (EOS included)
     texts: list[str]
     problems: list[Problem]
+    reward_mask: torch.Tensor | None = None  # [N, R] 1 where `rewards` placed a reward (set by `rewards`)
 
 
 def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
@@ -88,12 +89,21 @@ def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
 
 class StepPPOTrainer:
     def __init__(self, config: StepPPOConfig, policy, tokenizer, critic, verifier, train_problems: list[Problem],
-                 eval_problems: list[Problem] | None = None, ref_policy=None):
+                 eval_problems: list[Problem] | None = None, ref_policy=None,
+                 probe_problems: list[Problem] | None = None):
         from accelerate import Accelerator
         from accelerate.utils import set_seed
 
         config.validate()
         self.args = config
+        if config.disable_dropout:
+            # PPO compares log-probabilities and values of the same weights across forwards (old
+            # against new, eval against train mode): dropout would make them differ by noise alone.
+            from trl.trainer.utils import disable_dropout_in_model
+
+            for model in (policy, critic, ref_policy):
+                if model is not None:
+                    disable_dropout_in_model(model)
         log_with = [r for r in _report_to(config.report_to)]
         self.accelerator = Accelerator(log_with=log_with or None,
                                        mixed_precision="bf16" if config.bf16 else "no")
@@ -106,6 +116,8 @@ class StepPPOTrainer:
             raise ValueError("no training prompts")
         self.train_problems = list(train_problems)
         self.eval_problems = list(eval_problems or [])
+        self.probe_problems = list(probe_problems or [])
+        self.probe_wrong_at_start: list[str] | None = None
         self.is_peft = hasattr(policy, "disable_adapter")
         if ref_policy is None and not self.is_peft:
             import copy
@@ -123,7 +135,7 @@ class StepPPOTrainer:
                                            eps=config.adam_epsilon, betas=(config.adam_beta1, config.adam_beta2))
         from transformers import get_scheduler
 
-        total_steps = config.num_updates * config.ppo_epochs * config.num_mini_batches
+        total_steps = scheduler_steps(config, self.accelerator.num_processes)
         warmup = config.get_warmup_steps(total_steps) if hasattr(config, "get_warmup_steps") else 0
         self.scheduler = get_scheduler(config.lr_scheduler_type, self.optimizer, num_warmup_steps=warmup,
                                        num_training_steps=total_steps)
@@ -272,6 +284,8 @@ class StepPPOTrainer:
                 for i, s in zip(idx, got):
                     scores[i] = s
         rewards = torch.zeros((n, width))
+        reward_mask = torch.zeros((n, width))
+        totals: list[float] = []
         stats = {"truncated": 0, "no_answer": 0, "no_steps": 0, "correct": 0, "steps": 0, "step_score_sum": 0.0,
                  "scored_steps": 0, "verifier_total": 0.0, "gold_total": 0.0, "penalty_total": 0.0,
                  "unlocated": 0}
@@ -323,6 +337,13 @@ class StepPPOTrainer:
             stats["penalty_total"] += penalty
             placed = assign_rewards(step_rewards, positions, n_tokens, outcome=outcome, last_token=n_tokens - 1)
             rewards[i, : n_tokens] = torch.tensor(placed[:n_tokens])
+            totals.append(sum(placed))
+            # where a reward was placed: every located step end, and the last token when something
+            # is paid there (an outcome or gold reward, a penalty, or steps that could not be located)
+            for pos in positions:
+                reward_mask[i, pos] = 1.0
+            if not positions or args.reward in ("outcome", "gold", "step+gold") or penalty:
+                reward_mask[i, n_tokens - 1] = 1.0
         if args.reward_clip is not None:
             rewards = clip_rewards(rewards, args.reward_clip)
         mask = batch.response_mask.cpu()
@@ -330,7 +351,11 @@ class StepPPOTrainer:
             self.reward_stats.update(rewards[mask.bool()].tolist())
             rewards = rewards / max(self.reward_stats.std, 1e-6)
         rewards = rewards * mask
+        batch.reward_mask = (reward_mask * mask).to(self.accelerator.device)
+        k = args.samples_per_prompt
+        groups = [totals[j : j + k] for j in range(0, len(totals), k)]
         summary = {
+            "rollout/same_reward_groups": sum(max(g) - min(g) < 1e-9 for g in groups) / max(len(groups), 1),
             "reward/mean_total": rewards.sum(-1).mean().item(),
             "reward/verifier_mean": stats["verifier_total"] / n,
             "reward/gold_mean": stats["gold_total"] / n,
@@ -393,22 +418,31 @@ class StepPPOTrainer:
             _, old_logprobs, old_values = self._forward(self.model, batch, rows, with_values=args.advantage_estimator == "gae")
             ref_logprobs = self._ref_logprobs(batch, rows)
         kl = M.per_token_kl(old_logprobs, ref_logprobs, args.kl_estimator) * mask
-        token_rewards = scores - self.kl_ctl.value * kl
+        extra: dict[str, float] = {}
+        kl_in_loss = args.advantage_estimator == "group"  # GRPO's placement: a loss term, not a reward
+        token_rewards = scores if kl_in_loss else scores - self.kl_ctl.value * kl
         if args.advantage_estimator == "gae":
             advantages, returns = M.gae(token_rewards, old_values * mask, mask, args.gamma, args.lam)
+            extra["value/explained_variance"] = M.explained_variance(old_values, returns, mask)
+        elif args.advantage_estimator == "group":
+            advantages, group_stats = M.group_step_advantages(token_rewards, batch.reward_mask, mask,
+                                                              args.samples_per_prompt)
+            extra["rollout/flat_reward_groups"] = group_stats["flat_groups"]
+            returns = old_values = torch.zeros_like(advantages)
         else:
             togo = M.discounted_returns(token_rewards, mask, args.gamma)
             baseline = M.leave_one_out_baseline(togo[:, 0], args.samples_per_prompt)
             advantages = (togo - baseline[:, None]) * mask
             returns = togo
             old_values = torch.zeros_like(togo)
-        if args.whiten_advantages:
+        if args.whiten_advantages and args.advantage_estimator != "group":  # group advantages are normalised
             advantages = M.masked_whiten(advantages, mask) * mask
         finite = M.is_finite_batch(token_rewards, advantages, returns, old_logprobs)
         if not self._all_ranks(finite):
             self.skipped_batches += 1
             return {"skipped": 1.0, "skipped_batches": float(self.skipped_batches), **reward_stats}
-        policy_coef = 0.0 if update < args.critic_warmup_updates else 1.0
+        warming_up = args.advantage_estimator == "gae" and update < args.critic_warmup_updates
+        policy_coef = 0.0 if warming_up else 1.0
         self.model.train()
         stats: dict[str, list[float]] = {}
         mb_size = n // args.num_mini_batches
@@ -423,6 +457,10 @@ class StepPPOTrainer:
                                                          with_values=args.advantage_estimator == "gae")
                 pg_loss, pg_stats = M.policy_loss(logprobs, old_logprobs[mb], advantages[mb], m, args.cliprange)
                 loss = policy_coef * pg_loss
+                if kl_in_loss and self.kl_ctl.value:
+                    kl_loss = M.masked_mean(M.per_token_kl(logprobs, ref_logprobs[mb], "k3"), m)
+                    loss = loss + self.kl_ctl.value * kl_loss
+                    _add(stats, "loss/kl", kl_loss.item())
                 if values is not None:
                     vf_loss, vf_stats = M.value_loss(values, old_values[mb], returns[mb], m, args.cliprange_value)
                     loss = loss + args.vf_coef * vf_loss
@@ -449,6 +487,7 @@ class StepPPOTrainer:
         self.kl_ctl.update(kl_per_response, n * self.accelerator.num_processes)
         out = {k: sum(v) / len(v) for k, v in stats.items()}
         out.update(reward_stats)
+        out.update(extra)
         out.update({
             "objective/kl": kl_per_response,
             "objective/kl_coef": float(self.kl_ctl.value),
@@ -499,6 +538,39 @@ class StepPPOTrainer:
         if was_training:
             policy.train()
         return result
+
+    def probe(self) -> dict[str, float]:
+        """The learning curve as the run goes: greedy accuracy on the fixed probe problems, and the
+        sampled accuracy (rollout temperature, `samples_per_prompt` each) on the probe problems that
+        the policy got wrong greedily at the start. Sharpening raises sampled accuracy on problems
+        greedy already solves; learning shows as greedy accuracy rising and as more right samples
+        on the problems it started out getting wrong."""
+        from inference.backends.base import SamplingParams
+        from inference.backends.hf import HFGenerator
+        from rl.evaluation import greedy_eval
+
+        args = self.args
+        policy = self._unwrapped_policy()
+        was_training = policy.training
+        policy.eval()
+        gen = HFGenerator(policy, self.tokenizer, batch_size=args.greedy_eval_batch_size)
+        greedy = greedy_eval(gen, self.probe_problems, max_new_tokens=args.max_new_tokens)
+        out = {"probe/greedy_accuracy": greedy["summary"]["accuracy"]}
+        if self.probe_wrong_at_start is None:
+            self.probe_wrong_at_start = [r["id"] for r in greedy["rows"] if not r["correct"]]
+            (self.out / "probe_wrong_at_start.json").write_text(json.dumps(self.probe_wrong_at_start))
+        wrong = set(self.probe_wrong_at_start)
+        hard = [p for p in self.probe_problems if p.id in wrong]
+        if hard:
+            params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                                    top_p=args.top_p, n=args.samples_per_prompt, seed=args.seed + self.update)
+            completions = gen.generate([solve_prompt(p.question) for p in hard], params)
+            right = sum(has_answer(c.text) and grade(c.text, p).correct
+                        for p, group in zip(hard, completions) for c in group)
+            out["probe/sampled_accuracy_wrong_at_start"] = right / (len(hard) * args.samples_per_prompt)
+        if was_training:
+            policy.train()
+        return out
 
     def save_checkpoint(self) -> Path:
         """Accelerate state (model, optimizer, scheduler, RNG of every rank) plus ours, atomically."""
@@ -557,6 +629,14 @@ class StepPPOTrainer:
             else:
                 before = self.greedy_eval()
                 _write_jsonl(before_path, before["rows"])
+        probing = bool(self.probe_problems) and args.probe_every > 0 and self.accelerator.is_main_process
+        start_probe = self.out / "probe_wrong_at_start.json"
+        if probing and ckpt is not None and start_probe.exists():
+            self.probe_wrong_at_start = json.loads(start_probe.read_text())
+        elif probing:
+            first = {"update": 0, **self.probe()}
+            with metrics_path.open("a") as fh:
+                fh.write(json.dumps(first) + "\n")
         self.accelerator.wait_for_everyone()
         from tqdm.auto import tqdm
 
@@ -567,6 +647,8 @@ class StepPPOTrainer:
             metrics = self.step(self.update)
             self.update += 1
             metrics["update"] = self.update
+            if probing and (self.update % args.probe_every == 0 or self.update == args.num_updates):
+                metrics.update(self.probe())
             metrics["elapsed"] = time.time() - start
             if self.accelerator.is_main_process:
                 with metrics_path.open("a") as fh:
@@ -606,6 +688,13 @@ class StepPPOTrainer:
 
 # ----------------------------------------------------------------------------------------------
 # helpers of the plumbing
+
+
+def scheduler_steps(config: StepPPOConfig, num_processes: int) -> int:
+    """Scheduler steps of a whole run. accelerate's prepared scheduler advances `num_processes`
+    times per optimizer step (it assumes the batch grew with the processes), so the schedule's
+    length is the optimizer steps times the processes, or a linear schedule would end early."""
+    return config.num_updates * config.ppo_epochs * config.num_mini_batches * max(1, num_processes)
 
 
 def _add(stats: dict[str, list[float]], key: str, value: float) -> None:

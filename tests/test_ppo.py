@@ -49,7 +49,7 @@ def tiny_args(models, out, *extra):
             "--build_missing", "false", "--num_updates", "2", "--prompts_per_update", "4", "--samples_per_prompt", "2",
             "--n_prompts", "16", "--n_eval", "6", "--max_new_tokens", "24", "--num_mini_batches", "2",
             "--ppo_epochs", "1", "--save_steps", "1", "--disable_tqdm", "true", "--learning_rate", "1e-3",
-            "--num_threads", "1", *extra]
+            "--num_threads", "1", "--n_probe", "4", "--probe_every", "1", *extra]
 
 
 class FixedVerifier:
@@ -225,7 +225,10 @@ def test_ppo_step_writes_metrics_eval_and_checkpoints(models, tmp_path, reward):
         extra += ["--advantage_estimator", "rloo"]
     assert ppo_step.main(tiny_args(models, out, *extra)) == 0
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [m["update"] for m in lines] == [1, 2]
+    assert [m["update"] for m in lines] == [0, 1, 2]  # update 0: the probe before training
+    for line in lines:  # the learning curve: the probe at the start and every update (probe_every 1)
+        assert 0 <= line["probe/greedy_accuracy"] <= 1
+    assert all(0 <= m["rollout/same_reward_groups"] <= 1 for m in lines[1:])
     result = json.loads((out / "eval.json").read_text())
     for key in ("greedy_accuracy_before", "greedy_accuracy_after", "n", "improvement_ci_low", "improvement_ci_high"):
         assert key in result
@@ -304,7 +307,7 @@ def test_resume_after_sigkill_reaches_the_same_total(models, tmp_path):
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     updates = [json.loads(x)["update"] for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert updates == list(range(1, 7)), updates
+    assert updates == list(range(0, 7)), updates
     assert json.loads((out / "eval.json").read_text())["updates"] == 6
 
 
@@ -313,12 +316,15 @@ def test_two_cpu_processes_keep_identical_policies(models, tmp_path):
     env = dict(_env(), ACCELERATE_USE_CPU="1")
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
            str(ROOT / "configs" / "accelerate" / "cpu_2proc.yaml"), str(ROOT / "rl" / "ppo_step.py"),
-           *tiny_args(models, out, "--n_eval", "2")]
+           *tiny_args(models, out, "--n_eval", "2", "--lr_scheduler_type", "linear")]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((out / "eval.json").read_text())
     assert result["processes"] == 2
     assert result["responses_per_update"] == 2 * 4 * 2
+    # a linear schedule over the whole run: after update 1 of 2 half the learning rate is left
+    lrs = {m["update"]: m["lr"] for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "lr" in m}
+    assert lrs[1] == pytest.approx(0.5e-3)
     from safetensors.torch import load_file
 
     ckpt = out / "checkpoint-2"
@@ -364,3 +370,58 @@ def test_critic_starts_from_the_psv_part_of_a_combined_verifier(models, tmp_path
         assert torch.equal(a, b), name
     verifier = load_verifier(spec, args.policy)
     assert [type(p).__name__ for p in verifier.parts] == ["ConfidenceVerifier", "PSVVerifier"]
+
+
+def test_dropout_is_off_in_every_forward_ppo_compares(models, tmp_path):
+    """Old values are computed in eval mode and new ones in train mode: with the critic's default
+    classifier dropout (0.1) they would differ at identical weights."""
+    trainer, tok, train = make_trainer(models, tmp_path, FixedVerifier([0.5]))
+    critic = trainer.accelerator.unwrap_model(trainer.model).critic
+    assert getattr(critic.config, "classifier_dropout", None) is None  # so the head gets the default 0.1
+    batch, _ = rollouts_from_texts(trainer, tok, train[:2], [join_steps(["The answer is <ans>3</ans>."])] * 2)
+    rows = torch.arange(2)
+    with torch.no_grad():
+        trainer.model.eval()
+        _, lp_eval, v_eval = trainer._forward(trainer.model, batch, rows, with_values=True)
+        trainer.model.train()
+        _, lp_train, v_train = trainer._forward(trainer.model, batch, rows, with_values=True)
+    assert torch.equal(v_eval, v_train) and torch.equal(lp_eval, lp_train)
+
+
+def test_seed_decides_every_initial_weight(models, tmp_path):
+    """LoRA matrices and a new value head are made after seeding: one --seed, one run."""
+    from safetensors.torch import load_file
+
+    weights = []
+    for name, noise in (("a", 1), ("b", 2)):
+        torch.manual_seed(noise)  # whatever came before must not matter
+        out = tmp_path / name
+        assert ppo_step.main(tiny_args(models, out, "--use_peft", "true", "--lora_r", "4", "--critic_init", "policy",
+                                       "--num_updates", "1", "--n_eval", "0", "--eval_dataset", "none",
+                                       "--n_probe", "0")) == 0
+        weights.append((load_file(str(out / "policy" / "adapter_model.safetensors")),
+                        load_file(str(out / "critic" / "adapter_model.safetensors"))))
+    for first, second in zip(*weights):
+        assert first.keys() == second.keys()
+        for key in first:
+            assert torch.equal(first[key], second[key]), key
+
+
+def test_schedule_counts_every_process():
+    from rl.ppo_trainer import scheduler_steps
+
+    args = StepPPOConfig(output_dir="x", num_updates=10, ppo_epochs=2, num_mini_batches=4, report_to="none")
+    assert scheduler_steps(args, 1) == 80
+    assert scheduler_steps(args, 2) == 160  # accelerate steps a prepared scheduler once per process
+
+
+def test_group_estimator_updates_without_a_critic(models, tmp_path):
+    trainer, tok, _ = make_trainer(models, tmp_path, FixedVerifier([0.9, 0.1]), advantage_estimator="group",
+                                   reward="step", reward_shaping="raw", critic_warmup_updates=5)
+    critic0 = [p.detach().clone() for p in trainer.accelerator.unwrap_model(trainer.model).critic.parameters()]
+    before = [p.detach().clone() for p in trainer._unwrapped_policy().parameters()]
+    metrics = trainer.step(0)  # no warm-up without a critic: the policy moves at once
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer._unwrapped_policy().parameters()))
+    critic = trainer.accelerator.unwrap_model(trainer.model).critic.parameters()
+    assert all(torch.equal(a, b) for a, b in zip(critic0, critic))
+    assert "loss/value" not in metrics and 0 <= metrics["rollout/flat_reward_groups"] <= 1

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from rl import ppo_math
 from rl.ppo_math import (
     AdaptiveKLController,
     FixedKLController,
@@ -290,3 +291,55 @@ def test_is_finite_batch():
     assert not is_finite_batch(ok, torch.tensor([1.0, float("nan")]))
     assert not is_finite_batch(torch.tensor([float("-inf")]))
     assert is_finite_batch()
+
+
+# ---------------------------------------------------------------------------------------------
+# Group-normalised step advantages (DeepSeekMath's process supervision)
+
+
+def test_group_step_advantages_match_hand_computed_values():
+    # one prompt, two samples of 4 tokens; sample 0 has steps ending at tokens 1 and 3 (rewards
+    # 0.2, 0.8), sample 1 one step ending at token 2 (reward 0.5) and padding at token 3
+    rewards = torch.tensor([[0.0, 0.2, 0.0, 0.8], [0.0, 0.0, 0.5, 0.0]])
+    marks = torch.tensor([[0, 1, 0, 1], [0, 0, 1, 0]])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])
+    adv, stats = ppo_math.group_step_advantages(rewards, marks, mask, group_size=2)
+    mean = (0.2 + 0.8 + 0.5) / 3
+    std = (((0.2 - mean) ** 2 + (0.8 - mean) ** 2 + (0.5 - mean) ** 2) / 3) ** 0.5
+    r = [(x - mean) / (std + 1e-6) for x in (0.2, 0.8, 0.5)]
+    expected = torch.tensor([[r[0] + r[1], r[0] + r[1], r[1], r[1]], [r[2], r[2], r[2], 0.0]])
+    assert torch.allclose(adv, expected, atol=1e-5)
+    assert stats["flat_groups"] == 0.0
+
+
+def test_group_outcome_rewards_are_grpo_and_flat_groups_carry_nothing():
+    # an outcome reward on the last token of each sample is GRPO: (r - mean) / std of the group,
+    # on every token of the response; the second group's samples all scored 1: no signal
+    rewards = torch.tensor([[0.0, 1.0], [0.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    marks = torch.tensor([[0, 1], [0, 1], [0, 1], [1, 0]])
+    mask = torch.tensor([[1, 1], [1, 1], [1, 1], [1, 0]])
+    adv, stats = ppo_math.group_step_advantages(rewards, marks, mask, group_size=2)
+    a = 0.5 / (0.5 + 1e-6)
+    assert torch.allclose(adv[:2], torch.tensor([[a, a], [-a, -a]]), atol=1e-6)
+    assert torch.equal(adv[2:], torch.zeros(2, 2))
+    assert stats["flat_groups"] == 0.5
+
+
+def test_group_advantages_ignore_unmarked_tokens_and_check_shapes():
+    rewards = torch.tensor([[5.0, 1.0], [7.0, 0.0]])  # the 5 and 7 are not marked: not rewards
+    marks = torch.tensor([[0, 1], [0, 1]])
+    mask = torch.ones(2, 2)
+    adv, _ = ppo_math.group_step_advantages(rewards, marks, mask, group_size=2)
+    assert adv[0, 0] > 0 and adv[1, 0] < 0 and torch.allclose(adv[:, 0], adv[:, 1])
+    with pytest.raises(ValueError):
+        ppo_math.group_step_advantages(rewards, marks, mask, group_size=3)
+    with pytest.raises(ValueError):
+        ppo_math.group_step_advantages(rewards, marks[:1], mask, group_size=2)
+
+
+def test_explained_variance():
+    returns = torch.tensor([[1.0, 2.0, 3.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    assert ppo_math.explained_variance(returns, returns, mask) == pytest.approx(1.0)
+    assert ppo_math.explained_variance(torch.full_like(returns, 2.0), returns, mask) == pytest.approx(0.0, abs=1e-6)
+    assert ppo_math.explained_variance(-returns, returns, mask) < 0
