@@ -18,7 +18,7 @@ from typing import Any
 
 from reasoning import prompts
 from reasoning.steps import join_steps
-from reasoning.world import corrupt_steps
+from reasoning.world import MISREADINGS, corrupt_steps, misreadings_of, teacher_solution
 
 TASKS = ("solve", "explore", "revise", "clarify", "verify")
 DEFAULT_TASK_WEIGHTS = {"solve": 1.0, "explore": 0.1, "revise": 0.2, "clarify": 0.05, "verify": 0.05}
@@ -32,10 +32,45 @@ def clarified_question(row: dict[str, Any]) -> str:
     return text
 
 
-def make_row(row: dict[str, Any], task: str, rng: random.Random) -> dict[str, str]:
+def parse_teacher_noise(spec: str | dict[str, float] | None) -> dict[str, float]:
+    """'inverse=0.7,stale=0.7' (or 'none' / '') -> {kind: rate}, each kind in MISREADINGS."""
+    if spec is None or isinstance(spec, dict):
+        noise = dict(spec or {})
+    else:
+        noise = {}
+        for part in filter(None, (p.strip() for p in spec.split(","))):
+            if part == "none":
+                continue
+            name, sep, value = part.partition("=")
+            try:
+                noise[name.strip()] = float(value)
+            except ValueError:
+                sep = ""
+            if not sep:
+                raise ValueError(f"--teacher_noise: expected kind=rate, got {part!r}")
+    for name, rate in noise.items():
+        if name not in MISREADINGS:
+            raise ValueError(f"--teacher_noise: unknown kind {name!r}; choose from {', '.join(MISREADINGS)}")
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"--teacher_noise: {name}={rate} is not a rate in [0, 1]")
+    return noise
+
+
+def teacher_steps(row: dict[str, Any], noise: dict[str, float], rng: random.Random) -> tuple[list[str], list[str]]:
+    """The demonstration a noisy teacher writes for `row`, and the kinds it misread: each kind of
+    decision the problem has is misread with its rate, and the misreading is carried to the answer."""
+    kinds = [k for k in misreadings_of(row) if rng.random() < noise.get(k, 0.0)]
+    steps = teacher_solution(row, kinds) if kinds else None
+    return (steps, kinds) if steps is not None else (list(row["steps"]), [])
+
+
+def make_row(row: dict[str, Any], task: str, rng: random.Random,
+             solution: list[str] | None = None) -> dict[str, str]:
+    """One corpus row of `task` for a world row; `solution` replaces the gold steps of a `solve`
+    row (a noisy teacher's demonstration)."""
     question, gold = row["question"], row["steps"]
     if task == "solve":
-        prompt, completion = prompts.solve_prompt(question), join_steps(gold)
+        prompt, completion = prompts.solve_prompt(question), join_steps(solution or gold)
     elif task == "explore":
         steps = corrupt_steps(row, rng)[0] if rng.random() < 0.7 else gold
         prompt, completion = prompts.explore_prompt(question), join_steps(steps)
@@ -59,9 +94,17 @@ def make_row(row: dict[str, Any], task: str, rng: random.Random) -> dict[str, st
     return {"prompt": prompt, "completion": completion, "task": task, "id": row["id"]}
 
 
-def build_corpus(rows: list[dict[str, Any]], weights: dict[str, float] | None = None, seed: int = 0) -> list[dict]:
-    """One `solve` row per problem times its weight, the other tasks in proportion, shuffled."""
+def build_corpus(rows: list[dict[str, Any]], weights: dict[str, float] | None = None, seed: int = 0,
+                 teacher_noise: str | dict[str, float] | None = None) -> list[dict]:
+    """One `solve` row per problem times its weight, the other tasks in proportion, shuffled.
+
+    `teacher_noise` ({kind: rate} or 'inverse=0.7,stale=0.7'): `solve` demonstrations take the
+    plausible wrong reading of each kind of decision at its rate (`teacher_steps`); the other tasks
+    keep the gold steps. Its draws come from their own generator, so the clean corpus of a seed is
+    the same with or without the option."""
     weights = dict(DEFAULT_TASK_WEIGHTS if weights is None else weights)
+    noise = parse_teacher_noise(teacher_noise)
+    noise_rng = random.Random(f"teacher-noise-{seed}")
     unknown = set(weights) - set(TASKS)
     if unknown:
         raise ValueError(f"unknown tasks {sorted(unknown)}; choose from {TASKS}")
@@ -73,6 +116,11 @@ def build_corpus(rows: list[dict[str, Any]], weights: dict[str, float] | None = 
         whole, frac = int(weight), weight - int(weight)
         for row in rows:
             for _ in range(whole + (rng.random() < frac)):
-                corpus.append(make_row(row, task, rng))
+                solution, misread = (teacher_steps(row, noise, noise_rng) if task == "solve" and noise
+                                     else (None, []))
+                made = make_row(row, task, rng, solution)
+                if misread:
+                    made["misread"] = ",".join(misread)
+                corpus.append(made)
     rng.shuffle(corpus)
     return corpus

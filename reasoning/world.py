@@ -80,8 +80,16 @@ DIFF_PHRASES = ["{new} has as many {item} as the difference between {a} and {b}.
 OP_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "sum": "+", "diff": "-", "gain": "+", "lose": "-"}
 
 TOTAL_KEY = "@total"
-ERROR_KINDS = ("format", "slip", "wrong_operand", "wrong_operation", "wrong_answer", "unknown_quantity", "other")
-"""Kinds of step error. A wrong step that only carries an earlier error forward is `propagated`."""
+ERROR_KINDS = ("format", "slip", "misread_inverse", "misread_stale", "wrong_operand", "wrong_operation",
+               "wrong_answer", "unknown_quantity", "other")
+"""Kinds of step error. A wrong step that only carries an earlier error forward is `propagated`.
+`misread_inverse`: an inversely phrased relation computed with the operation its words name
+('Ava has 3 fewer than Ben' read as Ben = Ava - 3); `misread_stale`: a person's count before an
+event used where the count after it is meant."""
+MISREADINGS = ("inverse", "stale")
+"""The decisions a weaker teacher gets wrong (`teacher_solution`), by kind."""
+INVERSE_OP = {"add": "sub", "sub": "add", "mul": "div", "div": "mul"}
+RELATION_OPS = ("add", "sub", "mul", "div", "sum", "diff")
 
 
 @dataclass
@@ -146,6 +154,9 @@ class Quantity:
     """Operands: quantity keys (str) or constants (int), in the order the gold step writes them."""
     needed: bool = False
     """Whether the gold solution computes it."""
+    inverse: bool = False
+    """Whether its sentence states the relation from the other side ('Ava has 3 fewer than Ben'
+    defines Ben = Ava + 3): the decision a weaker reader misreads as Ben = Ava - 3."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,7 +253,9 @@ class _Builder:
             new = self.new_person()
             template = rng.choice(REL_PHRASES[op]["inverse" if inverse else "direct"])
             sentence = template.format(new=new, old=person, item=item, **extra)
-            return self.derive(new, op, [current, k], value, sentence)
+            key = self.derive(new, op, [current, k], value, sentence)
+            self.quantities[key].inverse = inverse
+            return key
         if op in ("gain", "lose"):
             if self.latest.get(person) != current or "@" in current:
                 return None  # one event per person, applied to their current count
@@ -461,6 +474,8 @@ class StepCheck:
     key: str | None = None
     claimed: str | None = None
     true: str | None = None
+    naming_slip: bool = False
+    """The step computes a quantity the solution needs, right, under another person's name."""
 
 
 def _spec(problem: Problem | dict[str, Any]) -> dict[str, Any]:
@@ -469,33 +484,95 @@ def _spec(problem: Problem | dict[str, Any]) -> dict[str, Any]:
     return problem["world"] if "world" in problem else problem
 
 
+MAX_NUMBER_DIGITS = 100
+"""Longer numbers in a step are unparseable (a `format` error), not a crash of int()."""
+
+
 def _parse_binary(expr: str) -> tuple[Fraction, str, Fraction] | None:
-    m = re.fullmatch(r"\s*(-?[0-9]+)\s*([-+*/])\s*(-?[0-9]+)\s*", expr)
+    m = re.fullmatch(r"\s*(-?[0-9]{1,%d})\s*([-+*/])\s*(-?[0-9]{1,%d})\s*" % (MAX_NUMBER_DIGITS, MAX_NUMBER_DIGITS), expr)
     if not m:
         return None
     return Fraction(int(m.group(1))), m.group(2), Fraction(int(m.group(3)))
 
 
-def check_steps(problem: Problem | dict[str, Any], steps: list[str]) -> list[StepCheck]:
+class _Reading:
+    """What the solution needs, computed once per problem: each needed quantity's operation and
+    true operand values, and the misread computations a weaker reader would write for it."""
+
+    def __init__(self, quantities: dict[str, Any], true: dict[str, Fraction]):
+        self.quantities = quantities
+        self.true = true
+        self.needed = [k for k, q in quantities.items() if q.get("needed") and q["op"] is not None
+                       and len(q["args"]) == 2]
+
+    def operands(self, key: str, values: dict[str, Fraction] | None = None) -> list[Fraction]:
+        values = values or self.true
+        return [values.get(a, self.true[a]) if isinstance(a, str) else Fraction(a)
+                for a in self.quantities[key]["args"]]
+
+    def computes(self, x: Fraction, sym: str, y: Fraction, result: Fraction, path: dict[str, Fraction]) -> str | None:
+        """The needed quantity whose gold step this computation is (under any name) at this point of
+        the path, or None: one the path has not computed yet, whose derived operands the path has
+        already computed right (so '2 * 3' with a 3 the path never reached is not that step)."""
+        for key in self.needed:
+            if key in path or any(isinstance(a, str) and self.quantities[a]["op"] is not None
+                                  and path.get(a) != self.true[a] for a in self.quantities[key]["args"]):
+                continue
+            if OP_SYMBOL[self.quantities[key]["op"]] == sym and _same(sym, [x, y], self.operands(key)) \
+                    and result == self.true[key]:
+                return key
+        return None
+
+    def misreading(self, x: Fraction, sym: str, y: Fraction, path: dict[str, Fraction], done: set[str],
+                   only: str | None = None) -> str | None:
+        """'misread_inverse' or 'misread_stale' when the computation is a taught misreading of a
+        needed quantity (`only` that one) not among `done` (with the true operands or the ones this
+        path carried)."""
+        for key in self.needed:
+            if key in done or (only is not None and key != only):
+                continue
+            q = self.quantities[key]
+            for values in (self.true, path):
+                operands = self.operands(key, values)
+                if q.get("inverse") and q["op"] in INVERSE_OP and sym == OP_SYMBOL[INVERSE_OP[q["op"]]] \
+                        and [x, y] == operands:
+                    return "misread_inverse"
+                stale = [self.true[a.partition("@")[0]] if isinstance(a, str) and a.endswith("@now") else v
+                         for a, v in zip(q["args"], operands)]
+                if stale != operands and sym == OP_SYMBOL[q["op"]] and _same(sym, [x, y], stale):
+                    return "misread_stale"
+        return None
+
+
+def _same(sym: str, got: list[Fraction], want: list[Fraction]) -> bool:
+    return sorted(got) == sorted(want) if sym in "+*" else list(got) == list(want)
+
+
+def check_steps(problem: Problem | dict[str, Any], steps: list[str], strict: bool = False) -> list[StepCheck]:
     """A verdict for every step of a path, computed exactly from the problem's quantities.
 
-    A computation step is correct when it parses, its arithmetic is right and its result is the
-    true value of the quantity it names. An answer step is correct when it states the target's
-    true value. Wrong steps are classified by the kind of error.
+    A computation step is correct when it parses, its arithmetic is right and it computes a
+    quantity the solution needs: its operation is that quantity's and its operands are the true
+    values of that quantity's operands (in either order for + and *), or its result is the true
+    value of the quantity it names. The name a step attaches is checked apart: a right
+    computation under another person's name is correct with `naming_slip` set. With `strict`, a
+    step is correct only when its result is the true value of the quantity it names (the reading
+    before names were checked apart). An answer step is correct when it states the target's true
+    value. Wrong steps are classified by the kind of error.
     """
     spec = _spec(problem)
     quantities = spec["quantities"]
     true = {k: Fraction(q["value"]) for k, q in quantities.items()}
     target_value = true[spec["target"]]
+    reading = _Reading(quantities, true)
     claimed_by_path: dict[str, Fraction] = {}
-    any_error = False
     out: list[StepCheck] = []
     for raw in steps:
         text = raw.strip()
         verdict: StepCheck
         if "<ans>" in text or re.search(r"answer is", text, re.IGNORECASE):
             m = _ANSWER_RE.search(text)
-            if not m:
+            if not m or len(m.group(1)) > MAX_NUMBER_DIGITS:
                 verdict = StepCheck(False, "format")
             else:
                 value = Fraction(m.group(1))
@@ -505,42 +582,53 @@ def check_steps(problem: Problem | dict[str, Any], steps: list[str]) -> list[Ste
                     kind = "propagated" if claimed_by_path.get(spec["target"]) == value else "wrong_answer"
                     verdict = StepCheck(False, kind, spec["target"], _fmt(value), _fmt(target_value))
         else:
-            verdict = _check_computation(text, quantities, true, claimed_by_path)
-        any_error = any_error or not verdict.ok
+            verdict = _check_computation(text, quantities, true, claimed_by_path, reading, strict)
         out.append(verdict)
     return out
 
 
-def _check_computation(text, quantities, true, claimed_by_path) -> StepCheck:
+def _check_computation(text, quantities, true, claimed_by_path, reading: _Reading, strict: bool) -> StepCheck:
     m = _STEP_RE.match(text)
-    if not m:
+    if not m or len(m.group("res")) > MAX_NUMBER_DIGITS:
         return StepCheck(False, "format")
     key = TOTAL_KEY if m.group("together") else m.group("who") + ("@now" if m.group("now") else "")
     claimed = Fraction(int(m.group("res")))
     value = try_evaluate(m.group("expr"))
     if value is None:
         return StepCheck(False, "format", key, _fmt(claimed))
+    parsed = _parse_binary(m.group("expr"))
+    done = set(claimed_by_path)  # quantities the path computed before this step
+    by_computation = not strict and parsed is not None  # else by the name and the result
+    meant = reading.computes(*parsed, claimed, claimed_by_path) if by_computation and value == claimed else None
+    if meant is not None and meant != key and key in quantities \
+            and reading.misreading(*parsed, claimed_by_path, done, only=key):
+        meant = None  # the misreading of the quantity it names, not another's step misnamed
+    if meant is not None:  # a needed computation with the right operands, under whatever name
+        claimed_by_path[meant] = claimed
+        return StepCheck(True, "correct", meant, _fmt(claimed), _fmt(true[meant]), naming_slip=meant != key)
     if key in quantities:
         claimed_by_path[key] = claimed  # later steps may carry this value forward, right or wrong
     if value != claimed:
         return StepCheck(False, "slip", key, _fmt(claimed), _fmt(true[key]) if key in true else None)
-    if key not in quantities:
-        return StepCheck(False, "unknown_quantity", key, _fmt(claimed))
-    if claimed == true[key]:
+    if not by_computation and key in quantities and claimed == true[key]:
         return StepCheck(True, "correct", key, _fmt(claimed), _fmt(true[key]))
+    # wrong: a taught misreading, unless the step only carries an earlier error forward
+    misread = reading.misreading(*parsed, claimed_by_path, done) if parsed is not None else None
+    if key not in quantities:
+        return StepCheck(False, misread or "unknown_quantity", key, _fmt(claimed))
     q = quantities[key]
     verdict = StepCheck(False, "other", key, _fmt(claimed), _fmt(true[key]))
-    parsed = _parse_binary(m.group("expr"))
     if q["op"] is None or parsed is None or len(q["args"]) != 2:
+        verdict.kind = misread or verdict.kind
         return verdict
     x, sym, y = parsed
     gold_sym = OP_SYMBOL[q["op"]]
     gold_true = [true[a] if isinstance(a, str) else Fraction(a) for a in q["args"]]
     gold_path = [claimed_by_path.get(a, true[a]) if isinstance(a, str) else Fraction(a) for a in q["args"]]
-    commutative = sym in "+*"
-    same = (lambda u, v: sorted(u) == sorted(v)) if commutative else (lambda u, v: list(u) == list(v))
-    if sym == gold_sym and gold_path != gold_true and same([x, y], gold_path):
+    if sym == gold_sym and gold_path != gold_true and _same(sym, [x, y], gold_path):
         verdict.kind = "propagated"
+    elif misread:
+        verdict.kind = misread
     elif sym == gold_sym:
         verdict.kind = "wrong_operand"
     elif sorted([x, y]) in (sorted(gold_true), sorted(gold_path)):
@@ -548,12 +636,13 @@ def _check_computation(text, quantities, true, claimed_by_path) -> StepCheck:
     return verdict
 
 
-def earliest_error(problem: Problem | dict[str, Any], steps: list[str]) -> int:
+def earliest_error(problem: Problem | dict[str, Any], steps: list[str], strict: bool = False) -> int:
     """Index of the first wrong step; -1 when every step is right and the last states the right answer.
 
     A path whose steps are all right but which never states an answer gets index len(steps).
+    `strict`: names count (see `check_steps`).
     """
-    checks = check_steps(problem, steps)
+    checks = check_steps(problem, steps, strict)
     for i, c in enumerate(checks):
         if not c.ok:
             return i
@@ -562,9 +651,9 @@ def earliest_error(problem: Problem | dict[str, Any], steps: list[str]) -> int:
     return -1
 
 
-def error_kind(problem: Problem | dict[str, Any], steps: list[str]) -> str | None:
+def error_kind(problem: Problem | dict[str, Any], steps: list[str], strict: bool = False) -> str | None:
     """The kind of the earliest error ('missing_answer' for a path that stops without one), or None."""
-    checks = check_steps(problem, steps)
+    checks = check_steps(problem, steps, strict)
     for c in checks:
         if not c.ok:
             return c.kind
@@ -641,6 +730,62 @@ def _try_corrupt(spec, quantities, order, i, kind, rng) -> list[str] | None:
         values[key] = value
         expr = f" {sym} ".join(_fmt(o) for o in operands)
         steps.append(step_text(key, expr, _fmt(value), item))
+    steps.append(answer_step(_fmt(values[spec["target"]])))
+    return steps
+
+
+# ---------------------------------------------------------------------------------------------
+# A weaker teacher: solutions that take the plausible wrong reading of a decision, consistently.
+
+
+def misreadings_of(problem: Problem | dict[str, Any]) -> list[str]:
+    """The kinds in MISREADINGS that a teacher could get wrong in this problem's solution."""
+    return [kind for kind in MISREADINGS if teacher_solution(problem, (kind,)) is not None]
+
+
+def teacher_solution(problem: Problem | dict[str, Any], misread: tuple[str, ...] | set[str],
+                     max_value: int = 999) -> list[str] | None:
+    """The solution of a teacher who misreads the given kinds of decision, carried consistently to
+    its answer: `inverse`, every inversely phrased relation computed with the operation its words
+    name ('Ava has 3 fewer than Ben' as Ben = Ava - 3); `stale`, a person's count before an event
+    used in every relation stated after it. None when the problem has no such decision the
+    solution needs, or the misreading leads to a count that is not a whole number in
+    [1, max_value] (a teacher would notice that)."""
+    unknown = set(misread) - set(MISREADINGS)
+    if unknown:
+        raise ValueError(f"unknown misreadings {sorted(unknown)}; choose from {MISREADINGS}")
+    spec = _spec(problem)
+    quantities = spec["quantities"]
+    ops: dict[str, str | None] = {}
+    args: dict[str, list[Any]] = {}
+    for key, q in quantities.items():
+        op, operands = q["op"], list(q["args"])
+        if "inverse" in misread and q.get("inverse") and op in INVERSE_OP:
+            op = INVERSE_OP[op]
+        if "stale" in misread and op in RELATION_OPS:
+            operands = [a.partition("@")[0] if isinstance(a, str) and a.endswith("@now") else a for a in operands]
+        ops[key], args[key] = op, operands
+    needed, stack = set(), [spec["target"]]
+    while stack:
+        key = stack.pop()
+        if ops[key] is not None and key not in needed:
+            needed.add(key)
+            stack.extend(a for a in args[key] if isinstance(a, str))
+    changed = any(ops[k] != quantities[k]["op"] or args[k] != quantities[k]["args"] for k in needed)
+    if not changed:
+        return None
+    values: dict[str, Fraction] = {k: Fraction(q["value"]) for k, q in quantities.items() if q["op"] is None}
+    steps = []
+    for key in _solution_order(problem):
+        if key not in needed:
+            continue
+        operands = [values[a] if isinstance(a, str) else Fraction(a) for a in args[key]]
+        sym = OP_SYMBOL[ops[key]]
+        value = _apply(operands[0], sym, operands[1])
+        if value is None or value.denominator != 1 or not 1 <= value <= max_value:
+            return None
+        values[key] = value
+        steps.append(step_text(key, f" {sym} ".join(_fmt(o) for o in operands), _fmt(value), spec["item"]))
     steps.append(answer_step(_fmt(values[spec["target"]])))
     return steps
 

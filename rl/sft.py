@@ -18,7 +18,9 @@ from pathlib import Path
 
 from trl import SFTConfig
 
-from reasoning.corpora import TASKS, build_corpus
+from collections import Counter
+
+from reasoning.corpora import TASKS, build_corpus, parse_teacher_noise
 from reasoning.world import WorldConfig, generate, row_to_problem
 
 WORLD_FIELDS = ("min_steps", "max_steps", "max_base", "max_delta", "max_factor", "max_value", "p_inverse",
@@ -44,6 +46,14 @@ class WorldSFTArguments:
         default="solve=1.0,explore=0.1",
         metadata={"help": f"Corpus mixture, task=weight per problem; tasks: {', '.join(TASKS)}."},
     )
+    teacher_noise: str = field(
+        default="inverse=0.7,stale=0.7",
+        metadata={"help": "The teacher's misreadings, kind=rate per decision kind (inverse: an inversely phrased "
+                          "relation computed with the operation its words name; stale: a count before an event "
+                          "used after it): `solve` demonstrations take that wrong reading at that rate and carry "
+                          "it to a wrong answer. 'none': the clean teacher, where capacity, not choice, limits "
+                          "the policy."},
+    )
     eval_batch_size: int = field(default=100, metadata={"help": "Batch size of greedy evaluation."})
     max_new_tokens: int = field(default=160, metadata={"help": "Generation limit in evaluation."})
     world_min_steps: int = field(default=WorldConfig.min_steps, metadata={"help": "World: fewest steps."})
@@ -52,7 +62,9 @@ class WorldSFTArguments:
     world_max_delta: int = field(default=WorldConfig.max_delta, metadata={"help": "World: largest +/- constant."})
     world_max_factor: int = field(default=WorldConfig.max_factor, metadata={"help": "World: largest factor."})
     world_max_value: int = field(default=WorldConfig.max_value, metadata={"help": "World: largest quantity."})
-    world_p_inverse: float = field(default=WorldConfig.p_inverse, metadata={"help": "World: inverse phrasing."})
+    world_p_inverse: float = field(
+        default=0.5, metadata={"help": "World: inverse phrasing (0.5: more of the decisions the noisy teacher "
+                                       "misreads; the world's own default is 0.25)."})
     world_min_distractors: int = field(default=WorldConfig.min_distractors, metadata={"help": "World."})
     world_max_distractors: int = field(default=WorldConfig.max_distractors, metadata={"help": "World."})
     world_p_together: float = field(default=WorldConfig.p_together, metadata={"help": "World."})
@@ -111,7 +123,8 @@ def run(args: WorldSFTArguments, training_args) -> dict:
     world = args.world_config()
     train_rows = generate("train", args.n_train, args.world_seed, world)
     test_rows = generate("test", args.n_eval, args.world_seed, world)
-    corpus = build_corpus(train_rows, args.task_weights(), seed=training_args.seed)
+    corpus = build_corpus(train_rows, args.task_weights(), seed=training_args.seed, teacher_noise=args.teacher_noise)
+    misread_rows = Counter(r["misread"] for r in corpus if r.get("misread"))
     if args.model_name_or_path is None:
         tokenizer = train_tokenizer((r["prompt"] + r["completion"] for r in corpus), vocab_size=args.vocab_size)
         model = build_tiny_causal_lm(tokenizer, args.arch, args.hidden_size, args.num_layers, args.num_heads,
@@ -130,6 +143,8 @@ def run(args: WorldSFTArguments, training_args) -> dict:
         trainer.save_model(str(out))
         tokenizer.save_pretrained(str(out))
         (out / "world_config.json").write_text(json.dumps(asdict(world), indent=2))
+        (out / "teacher.json").write_text(json.dumps({"teacher_noise": parse_teacher_noise(args.teacher_noise),
+                                                      "corpus_misread_rows": dict(misread_rows)}, indent=2))
     result: dict = {}
     if trainer.accelerator.is_main_process:
         model = trainer.model.eval()
@@ -145,6 +160,8 @@ def run(args: WorldSFTArguments, training_args) -> dict:
             "n_train_problems": len(train_rows),
             "corpus_rows": len(corpus),
             "corpus_tasks": args.task_weights(),
+            "teacher_noise": parse_teacher_noise(args.teacher_noise),
+            "corpus_misread_rows": dict(misread_rows),
             "parameters": sum(p.numel() for p in model.parameters()),
             "train_seconds": round(train_seconds, 1),
             "eval_seconds": round(time.time() - eval_start, 1),
@@ -170,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.world_config()
         args.task_weights()
+        parse_teacher_noise(args.teacher_noise)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

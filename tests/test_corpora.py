@@ -88,3 +88,29 @@ def test_tokenizer_round_trips_and_keeps_tags_whole(rows):
     digits = tok.convert_ids_to_tokens(tok(" 1234", add_special_tokens=False)["input_ids"])
     assert [d.lstrip("Ġ") for d in digits if d.lstrip("Ġ")] == ["1", "2", "3", "4"]
     assert tok.pad_token_id != tok.eos_token_id
+
+
+def test_teacher_noise_misreads_at_its_rate_and_leaves_the_clean_corpus_alone(rows):
+    from reasoning.corpora import parse_teacher_noise
+    from reasoning.world import check_steps, misreadings_of
+
+    weights = {"solve": 1.0, "explore": 0.1}
+    clean = build_corpus(rows, weights, seed=0)
+    assert build_corpus(rows, weights, seed=0, teacher_noise="none") == clean
+    noisy = build_corpus(rows, weights, seed=0, teacher_noise="inverse=1.0,stale=0.0")
+    by_id = {r["id"]: r for r in rows}
+    solve = [r for r in noisy if r["task"] == "solve"]
+    misread = [r for r in solve if r.get("misread")]
+    having = [r for r in rows if "inverse" in misreadings_of(r)]
+    assert len(misread) == len(having) > 0  # rate 1: every problem with an inverse phrasing
+    for r in misread:
+        assert r["misread"] == "inverse"
+        steps = [s.strip() for s in r["completion"].replace("<Step>", "").split("</Step>") if s.strip()]
+        assert any(c.kind == "misread_inverse" for c in check_steps(by_id[r["id"]], steps))
+    # the other tasks keep gold steps
+    assert [r for r in noisy if r["task"] != "solve"] == [r for r in clean if r["task"] != "solve"]
+    assert parse_teacher_noise("inverse=0.7, stale=0.5") == {"inverse": 0.7, "stale": 0.5}
+    assert parse_teacher_noise("none") == {}
+    for bad in ("sloppy=0.5", "inverse=2", "inverse", "inverse=x"):
+        with pytest.raises(ValueError):
+            parse_teacher_noise(bad)

@@ -54,7 +54,10 @@ def test_corrupted_paths_locate_the_injected_error(test_rows, kind):
                 continue  # some (step, kind) pairs have no integer-valued corruption
             assert (index, made) == (at, kind)
             assert w.earliest_error(row, steps) == at, (row["question"], steps)
-            assert w.error_kind(row, steps) == kind
+            # an injected wrong operand or operation may be one a reader is taught (a stale count, an
+            # inverse phrasing read as written): it is then classified as that misreading
+            specific = {"wrong_operand": {"misread_stale"}, "wrong_operation": {"misread_inverse"}}
+            assert w.error_kind(row, steps) in {kind} | specific.get(kind, set())
             checks = w.check_steps(row, steps)
             # Every later wrong step only carries the injected error forward.
             assert all(c.ok or c.kind == "propagated" for c in checks[at + 1 :]), checks
@@ -90,7 +93,7 @@ HAND = {
     [
         (HAND["steps"], -1, None),
         # Stale value: Ben's relation refers to Ava after the event.
-        (["Ben has 7 + 3 = 10 marbles.", "The answer is <ans>10</ans>."], 0, "wrong_operand"),
+        (["Ben has 7 + 3 = 10 marbles.", "The answer is <ans>10</ans>."], 0, "misread_stale"),
         # Distractor number used.
         (["Ava now has 7 - 2 = 5 marbles.", "Ben has 5 + 9 = 14 marbles.", "The answer is <ans>14</ans>."],
          1, "wrong_operand"),
@@ -101,7 +104,9 @@ HAND = {
          2, "wrong_answer"),
         (["Ava now has 7 - 2 = 5 marbles.", "Ben has 5 + 3 = 8 marbles."], 2, "missing_answer"),
         (["Ava now has 7 - 2 = 5 marbles.", "so Ben is bigger"], 1, "format"),
-        (["Zed has 7 + 3 = 10 marbles.", "The answer is <ans>10</ans>."], 0, "unknown_quantity"),
+        (["Zed has 7 + 4 = 11 marbles.", "The answer is <ans>11</ans>."], 0, "unknown_quantity"),
+        # the stale reading under a name the problem does not have is still the stale reading
+        (["Zed has 7 + 3 = 10 marbles.", "The answer is <ans>10</ans>."], 0, "misread_stale"),
         ([], 0, "missing_answer"),
     ],
 )
@@ -170,3 +175,74 @@ def test_world_config_of_reads_what_sft_saves(tmp_path):
     assert w.world_config_of(tmp_path) == cfg
     assert w.world_config_of(tmp_path / "missing") == w.WorldConfig()
     assert w.world_config_of(None) == w.WorldConfig()
+
+
+# ---------------------------------------------------------------------------------------------
+# The checker judges what a step computes; names are checked apart
+
+
+INVERSE = {
+    "question": "Ava has 6 marbles. Ava has 4 fewer marbles than Fay. Hal has 2 marbles. "
+    "How many marbles does Fay have?",
+    "answer": "10",
+    "steps": ["Fay has 6 + 4 = 10 marbles.", "The answer is <ans>10</ans>."],
+    "world": {
+        "item": "marbles", "target": "Fay", "n_steps": 1, "distractors": [],
+        "quantities": {
+            "Ava": {"key": "Ava", "value": 6, "op": None, "args": [], "needed": False},
+            "Hal": {"key": "Hal", "value": 2, "op": None, "args": [], "needed": False},
+            "Fay": {"key": "Fay", "value": 10, "op": "add", "args": ["Ava", 4], "needed": True, "inverse": True},
+        },
+    },
+}
+
+
+def test_a_right_computation_under_another_name_is_a_naming_slip():
+    steps = ["Hal has 6 + 4 = 10 marbles.", "The answer is <ans>10</ans>."]
+    checks = w.check_steps(INVERSE, steps)
+    assert [c.ok for c in checks] == [True, True]
+    assert checks[0].naming_slip and checks[0].key == "Fay"
+    assert w.earliest_error(INVERSE, steps) == -1
+    # the strict reading counts the name: the step names Hal, whose count is 2
+    assert w.earliest_error(INVERSE, steps, strict=True) == 0
+    assert w.error_kind(INVERSE, steps, strict=True) == "other"
+    # a wrong computation is wrong whatever it is called
+    assert w.earliest_error(INVERSE, ["Hal has 6 + 3 = 9 marbles.", "The answer is <ans>9</ans>."]) == 0
+
+
+def test_misread_relations_are_still_the_earliest_error():
+    misread = ["Fay has 6 - 4 = 2 marbles.", "The answer is <ans>2</ans>."]
+    assert w.earliest_error(INVERSE, misread) == 0
+    assert w.error_kind(INVERSE, misread) == "misread_inverse"
+    # also under a wrong name (the tiny policy misnames often)
+    assert w.error_kind(INVERSE, ["Hal has 6 - 4 = 2 marbles.", "The answer is <ans>2</ans>."]) == "misread_inverse"
+
+
+def test_teacher_misreadings_are_consistent_and_located(test_rows):
+    counts = {"inverse": 0, "stale": 0}
+    for row in test_rows:
+        for kind in w.misreadings_of(row):
+            steps = w.teacher_solution(row, (kind,))
+            checks = w.check_steps(row, steps)
+            first = next(i for i, c in enumerate(checks) if not c.ok)
+            assert checks[first].kind == f"misread_{kind}", (row["question"], steps, checks)
+            # every step's arithmetic holds: the misreading is carried, not a slip
+            assert all(c.kind != "slip" for c in checks)
+            counts[kind] += 1
+    assert counts["inverse"] > 10 and counts["stale"] > 10, counts
+    assert w.teacher_solution(HAND, ("inverse",)) is None  # no inverse phrasing in HAND
+    assert w.teacher_solution(HAND, ("stale",)) == ["Ben has 7 + 3 = 10 marbles.", "The answer is <ans>10</ans>."]
+    with pytest.raises(ValueError):
+        w.teacher_solution(HAND, ("sloppy",))
+
+
+def test_generation_records_inverse_phrasing(test_rows):
+    inverse = [q for r in test_rows for q in r["world"]["quantities"].values() if q.get("inverse")]
+    assert inverse and all(q["op"] in ("add", "sub", "mul", "div") for q in inverse)
+
+
+def test_numbers_too_long_to_parse_are_format_errors_not_crashes():
+    huge = "9" * 4301
+    assert w.error_kind(HAND, [f"Ava now has 7 - 2 = {huge} marbles."]) == "format"
+    assert w.error_kind(HAND, [f"The answer is <ans>{huge}</ans>."]) == "format"
+    assert w.error_kind(HAND, [f"Ava now has {huge} - 2 = 5 marbles."]) in ("format", "slip")
