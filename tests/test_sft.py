@@ -63,7 +63,11 @@ def test_shipped_recipe_is_the_embedded_default():
     for name in ("learning_rate", "per_device_train_batch_size", "num_train_epochs", "lr_scheduler_type",
                  "train_sampling_strategy", "seed", "output_dir", "bf16"):
         assert getattr(from_yaml[1], name) == getattr(default[1], name), name
-    assert default[0].world_config() == sft.WorldConfig()
+    # the default world has the noisy teacher's decisions more often than the world's own default
+    assert default[0].world_config() == sft.WorldConfig(p_inverse=0.5)
+    assert default[0].teacher_noise == "inverse=0.7,stale=0.7"
+    clean = parser.parse_args_and_config(args=["--config", str(recipe.with_name("clean_world.yaml"))])[0]
+    assert clean.world_config() == sft.WorldConfig() and clean.teacher_noise == "none"
 
 
 def test_verifier_lm_recipe_is_a_larger_model_of_the_same_world():
@@ -79,3 +83,4 @@ def test_verifier_lm_recipe_is_a_larger_model_of_the_same_world():
     assert big.tasks == tiny.tasks and big.n_train == tiny.n_train
     assert big.hidden_size * big.num_layers > tiny.hidden_size * tiny.num_layers
     assert big_training.output_dir == "outputs/sft_big"
+    assert big.teacher_noise == "none"  # a verifier taught the policy's misreadings could not flag them

@@ -1,0 +1,92 @@
+"""How much room a world policy leaves for RL and revision: greedy accuracy, the error mix of its
+greedy errors, pass@k of its own samples, and the same split by the decisions a noisy teacher
+misreads (problems with an inverse phrasing, with a stale-count trap, with neither).
+
+    python scripts/world_headroom.py --policy outputs/sft_tiny [--n 500] [--k 8] [--temperature 1.0]
+
+Prints one JSON object and writes it to POLICY/headroom.json (or --out). The problems are the world
+test split of the policy's own world (`world_config.json`), seed 0, as every world figure uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--policy", required=True)
+    parser.add_argument("--n", type=int, default=500)
+    parser.add_argument("--k", type=int, default=8)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--max_new_tokens", type=int, default=160)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch_size", type=int, default=100)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    if args.n < 1 or args.k < 1 or args.temperature <= 0:
+        print("error: --n and --k must be >= 1 and --temperature > 0", file=sys.stderr)
+        return 2
+    if not (Path(args.policy) / "config.json").exists():
+        print(f"error: --policy {args.policy}: no model there (config.json missing)", file=sys.stderr)
+        return 2
+    from reasoning.threads import one_thread_unless_told
+
+    one_thread_unless_told()
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from inference.backends.base import SamplingParams
+    from inference.backends.hf import HFGenerator
+    from reasoning.grading import grade
+    from reasoning.prompts import solve_prompt
+    from reasoning.world import generate, misreadings_of, row_to_problem, world_config_of
+    from rl.evaluation import greedy_eval
+
+    rows = generate("test", args.n, 0, world_config_of(args.policy))
+    problems = [row_to_problem(r) for r in rows]
+    tok = AutoTokenizer.from_pretrained(args.policy)
+    model = AutoModelForCausalLM.from_pretrained(args.policy).eval()
+    gen = HFGenerator(model, tok, batch_size=args.batch_size)
+    with torch.no_grad():
+        greedy = greedy_eval(gen, problems, args.max_new_tokens)
+        params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, n=args.k,
+                                seed=args.seed)
+        samples = gen.generate([solve_prompt(p.question) for p in problems], params)
+    right = [[grade(c.text, p).correct for c in group] for p, group in zip(problems, samples)]
+    kinds = [misreadings_of(r) for r in rows]
+
+    def part(idx: list[int]) -> dict:
+        if not idx:
+            return {"n": 0}
+        g = [greedy["rows"][i]["correct"] for i in idx]
+        wrong = [i for i in idx if not greedy["rows"][i]["correct"]]
+        return {"n": len(idx), "greedy": sum(g) / len(idx),
+                f"pass@{args.k}": sum(any(right[i]) for i in idx) / len(idx),
+                "sampled": sum(sum(right[i]) for i in idx) / (len(idx) * args.k),
+                f"pass@{args.k}_on_greedy_wrong": sum(any(right[i]) for i in wrong) / max(len(wrong), 1),
+                "error_mix": dict(Counter(greedy["rows"][i]["error_kind"] or "unknown" for i in wrong).most_common())}
+
+    everything = list(range(len(rows)))
+    result = {"policy": args.policy, "temperature": args.temperature, "k": args.k, **part(everything),
+              "inverse": part([i for i in everything if "inverse" in kinds[i]]),
+              "stale": part([i for i in everything if "stale" in kinds[i]]),
+              "neither": part([i for i in everything if not kinds[i]])}
+    mix = result["error_mix"]
+    result["misread_share_of_errors"] = (sum(v for k, v in mix.items() if k.startswith("misread"))
+                                         / max(sum(mix.values()), 1))
+    out = Path(args.out) if args.out else Path(args.policy) / "headroom.json"
+    out.write_text(json.dumps(result, indent=2))
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
