@@ -6,12 +6,18 @@
 2. the last `\\boxed{...}` / `\\fbox{...}` (braces matched by counting, so nested braces work),
 3. the last "The answer is X" / "The final answer is X" / "Answer: X" / "#### X" sentence,
 4. for `kind="number"`: the last number in the text; for `kind="choice"`: the last option letter;
-   for `kind="latex"` / `"text"`: the whole text when it is one short line (a bare answer).
+   for `kind="text"`: the whole text when it is one short line (a bare answer).
+
+`kind="latex"` (MATH-style answers) takes `<ans>` first and then math-verify's own extraction
+(`reasoning.latex_answers.math_verify_answer`: all boxes of a list, "final answer is", LaTeX
+environments, decimal commas), screened so that sympy never sees an input it could hang on;
+steps 2-3 and a bare line remain the fallback.
 
 `extract_number` turns an answer string into a number ("1,080", "$5.50", "50%", "3/4", "12 apples").
 
 Model text is data: everything here is string and regex work plus `fractions.Fraction`; nothing
-is evaluated. No function in this module raises on any input string.
+is evaluated (the LaTeX path hands screened candidates to math-verify's parser, never to `eval`).
+No function in this module raises on any input string.
 """
 
 from __future__ import annotations
@@ -57,6 +63,9 @@ _NUMBER_RE = re.compile(_NUMBER_PATTERN)
 # What may surround the single number of an answer: words, currency, percent, light punctuation.
 _NUMBER_LEFTOVER_RE = re.compile(r"[\sA-Za-z$%.,:;!?'\"°€£¥*()]*")
 _ASSIGNMENT_PREFIX_RE = re.compile(r"^\s*[A-Za-z][A-Za-z_ ]{0,30}?\s*=\s*")
+
+# A word of prose: two letters or more, not a LaTeX command.
+_WORD_RE = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
 
 _TEXT_WRAPPER_RE = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{")
 
@@ -294,8 +303,46 @@ def _extract_answer(text: str, kind: str) -> str | None:
                 return cand
         return _last_number(text)
 
+    if kind == "latex":
+        return _latex_answer(text, tagged is not None, candidates)
+
     if candidates:
         return candidates[0]
+    return _bare_answer(text)
+
+
+def _latex_answer(text: str, tagged: bool, candidates: list[str]) -> str | None:
+    """A LaTeX answer: `<ans>` first, then math-verify's extraction, then the bare text.
+
+    math-verify finds boxes (all of a list of boxes), "final answer is", "Answer:" and LaTeX
+    environments; an answer it finds without any such anchor (any LaTeX or number in the text)
+    ranks below this module's "The answer is X" sentences.
+    """
+    if tagged:
+        return candidates[0]
+    from reasoning.latex_answers import UNANCHORED_PRIORITY, math_verify_answer
+
+    found = math_verify_answer(text)
+    if found is not None and found.priority < UNANCHORED_PRIORITY:
+        return found.answer
+    if candidates:
+        return candidates[0]
+    bare = _bare_answer(text)
+    if found is None:
+        return bare
+    # A bare formula without words ("2x+3", "x = 5") is the answer as a whole, not the number
+    # math-verify finds inside it; a line of prose is searched ("so we need $x \\geq 5$").
+    if bare is not None and not _WORD_RE.search(bare) and _squash(found.matched) != _squash(bare):
+        return bare
+    return found.answer
+
+
+def _squash(s: str) -> str:
+    return re.sub(r"[\s$]", "", s)
+
+
+def _bare_answer(text: str) -> str | None:
+    """The whole text when it is a single short line (a bare answer), cleaned; else None."""
     stripped = text.strip()
     if "\n" not in stripped and len(stripped) <= _BARE_ANSWER_MAX_CHARS:
         cleaned = _clean_candidate(stripped)

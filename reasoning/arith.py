@@ -8,6 +8,7 @@ length, the nesting depth and the size of every intermediate value.
 from __future__ import annotations
 
 import ast
+import math
 from fractions import Fraction
 
 MAX_CHARS = 200
@@ -45,8 +46,8 @@ def _eval(node: ast.AST, depth: int) -> Fraction:
     if depth > MAX_DEPTH:
         raise ArithmeticError_("expression nested too deeply")
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        if isinstance(node.value, float) and node.value != node.value:  # NaN
-            raise ArithmeticError_("NaN literal")
+        if isinstance(node.value, float) and not math.isfinite(node.value):  # 1e999 reads as inf
+            raise ArithmeticError_(f"literal out of range: {node.value!r}")
         return _check(Fraction(str(node.value)) if isinstance(node.value, float) else Fraction(node.value))
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         value = _eval(node.operand, depth + 1)

@@ -12,7 +12,8 @@ Prints a JSON summary: n (predictions graded), correct, accuracy, unparsed (no a
 missing (data ids without a prediction), unknown_ids (prediction ids not in the data, skipped),
 duplicates (repeated prediction ids, the first one is graded). --out writes one row per graded
 prediction: id, prediction, extracted, gold, correct.
-Exit status 0 on success, 2 on usage or data errors (message on stderr).
+Exit status 0 on success, 2 on usage or data errors (message on stderr), among them an empty
+data or predictions file and predictions none of whose ids is in the data (nothing graded).
 """
 
 from __future__ import annotations
@@ -67,8 +68,14 @@ def grade_files(
         problems = load_jsonl_problems(data, spec.kind_for_row)
     else:
         problems = load_jsonl_problems(data, kind)
+    if not problems:
+        raise DatasetError(f"{data}: no problems (the file is empty)")
     by_id = {p.id: p for p in problems}
     preds = load_predictions(predictions)
+    if not preds:
+        raise DatasetError(f"{predictions}: no predictions (the file is empty)")
+    if out is not None and Path(out).is_dir():
+        raise DatasetError(f"--out {out}: is a directory, expected a file path")
 
     seen: set[str] = set()
     graded: list[dict[str, Any]] = []
@@ -97,16 +104,14 @@ def grade_files(
             }
         )
 
-    if out is not None:
-        out = Path(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        with tmp.open("w", encoding="utf-8") as f:
-            for row in graded:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-        tmp.replace(out)
-
     n = len(graded)
+    if n == 0:
+        raise DatasetError(
+            f"{predictions}: none of its {len(preds)} prediction ids is an id of {data}; nothing graded"
+        )
+    if out is not None:
+        _write_rows(Path(out), graded)
+
     return {
         "data": str(data),
         "predictions": str(predictions),
@@ -114,12 +119,26 @@ def grade_files(
         "kinds": dict(sorted(kinds.items())),
         "n": n,
         "correct": correct,
-        "accuracy": correct / n if n else None,
+        "accuracy": correct / n,
         "unparsed": unparsed,
         "missing": len(by_id) - len(seen),
         "unknown_ids": unknown,
         "duplicates": duplicates,
     }
+
+
+def _write_rows(out: Path, rows: list[dict[str, Any]]) -> None:
+    """Write JSONL rows through `OUT.tmp`, replaced into place; no `.tmp` is left on failure."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        tmp.replace(out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def build_parser() -> argparse.ArgumentParser:

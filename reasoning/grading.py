@@ -8,10 +8,13 @@ Kinds (see `reasoning.types.ANSWER_KINDS`):
 - number: numeric equality with relative tolerance 1e-6 (absolute 1e-9). Thousands commas, `$`,
   unit words, fractions ("3/4" == "0.75") and percentages (gold 50 or 0.5 == "50%") are handled.
 - latex (MATH500): normalized string equality, then exact numeric equality of plain numbers, then
-  math-verify (symbolic). math-verify runs without its signal-based timeout, so grading works in
-  any thread; inputs that could make sympy run for ever (power towers, huge exponents, factorials
-  and binomials of big numbers, sums/products/integrals/limits, very long strings) are refused
-  instead, and such a prediction grades as incorrect.
+  math-verify (symbolic; an interval gold also matches the same set written as an inequality).
+  "32, 349" is a list, never the number 32349; a decimal comma ("1,22", "0,111") equals the
+  same digits with a point; `\\mathrm{e}` is e. math-verify runs without its signal-based
+  timeout, so grading works in any thread; inputs that could make sympy run for ever (power
+  towers, huge exponents, factorials and binomials of big numbers, sums/products/integrals/
+  limits, very long strings) are refused instead (`reasoning.latex_answers.safe_for_sympy`), and
+  such a prediction grades as incorrect.
 - choice (AQuA): option letters; a prediction that is an option's text or value maps to its letter.
 - text (ASDiv non-numeric answers): normalized case/space/punctuation equality, numeric equality
   when both sides are numbers, element-wise for multi-value answers like "32; 20".
@@ -30,10 +33,10 @@ from fractions import Fraction
 from reasoning.answers import (
     choice_letter,
     extract_answer,
-    matching_braces,
     parse_number,
     unwrap_text_commands,
 )
+from reasoning.latex_answers import plain_letters, safe_for_sympy
 from reasoning.types import ANSWER_KINDS, Problem
 
 __all__ = ["GradeResult", "grade", "is_correct", "normalize_latex", "normalize_text", "numbers_close"]
@@ -42,9 +45,6 @@ logger = logging.getLogger(__name__)
 
 REL_TOL = Fraction(1, 10**6)
 ABS_TOL = Fraction(1, 10**9)
-
-# Inputs longer than this (after normalization) are not handed to math-verify.
-_MATH_VERIFY_MAX_CHARS = 300
 
 
 @dataclass
@@ -85,13 +85,19 @@ def _numbers_equal(p: tuple[Fraction, bool], g: tuple[Fraction, bool]) -> bool:
 
 
 def normalize_text(s: str) -> str:
-    """Lower case, no LaTeX text wrappers, no punctuation except inside numbers, single spaces."""
+    """Lower case, no LaTeX text wrappers, no punctuation except inside numbers, single spaces.
+
+    Signs and relations (+ - * = < > ^) stay, as separate tokens.
+    """
     s = unwrap_text_commands(s).replace("$", " ").lower()
     s = re.sub(r"(?<=[a-z])\.(?=[a-z])", "", s)  # p.m. -> pm
     s = re.sub(r"(?<=\d)\s*:\s*(?=\d)", ":", s)  # 3 : 4 -> 3:4
     # . , : / stay only between digits (3.5, 1,000, 3:30, 3/7); elsewhere they are punctuation
     s = re.sub(r"(?<!\d)[.,:/]|[.,:/](?!\d)", " ", s)
-    s = re.sub(r"[^\w\s.,:/%]", " ", s)
+    s = re.sub(r"(?<=\w)-(?=[a-z])", " ", s)  # a hyphen joining words: 12-year-old
+    # signs and relations are part of the answer (1 + 1/e is not 1 - 1/e): kept, as tokens
+    s = re.sub(r"\s*([-+*=<>^])\s*", r" \1 ", s)
+    s = re.sub(r"[^\w\s.,:/%+*=<>^-]", " ", s)
     s = re.sub(r"\s+", " ", s).strip()
     s = re.sub(r"^(?:the|a|an) ", "", s)
     return s
@@ -204,6 +210,11 @@ def _fix_fracs(s: str) -> str:
     return s
 
 
+_LIST_COMMA_RE = re.compile(r"(?<=\d),\s+(?=[-+]?\d{3}(?!\d))")
+# A decimal comma ("1,22", "0,111"); "1,5" or "-2,1" are more often lists of two numbers.
+_DECIMAL_COMMA_RE = re.compile(r"[-+]?(?:0,\d+|[1-9]\d*,\d\d)")
+
+
 def normalize_latex(s: str) -> str:
     """A canonical spelling of a LaTeX answer for string comparison.
 
@@ -212,6 +223,9 @@ def normalize_latex(s: str) -> str:
     `\\frac12` becomes `\\frac{1}{2}`; an option letter "(C)" becomes "C".
     """
     s = s.strip()
+    # "32, 349" is a list, "32,349" a number: a comma followed by a space and three digits is a
+    # list separator, kept apart from a thousands comma once the spaces are gone
+    s = _LIST_COMMA_RE.sub(";", s)
     s = s.replace("\\$", "").replace("$", "")
     s = s.replace("\\(", "").replace("\\)", "").replace("\\[", "").replace("\\]", "")
     s = _SIZING_RE.sub("", s)
@@ -275,72 +289,11 @@ def _latex_number(s: str) -> tuple[Fraction, bool] | None:
     return None
 
 
-# A power whose exponent holds another power, a factorial or a big number can take sympy
-# forever (9^{9^{9^9}}, 10^{100000000}); so can factorials and binomials of big numbers.
-_UNBOUNDED_COMMANDS_RE = re.compile(r"\\(?:sum|prod|int|iint|oint|lim)(?![A-Za-z])")
-
-
-def _exponent_spans(s: str) -> list[str]:
-    """The text of every exponent in `s`; a power right after it (2^3^4) adds a "^" to its span."""
-    spans = []
-    braces: dict[int, int] | None = None
-    for m in re.finditer(r"\^", s):
-        i = m.end()
-        while i < len(s) and s[i] == " ":
-            i += 1
-        if i >= len(s):
-            continue
-        if s[i] == "{":
-            if braces is None:
-                braces = matching_braces(s)
-            close = braces.get(i)
-            end = close + 1 if close is not None else len(s)
-            span = s[i + 1 : end - 1] if close is not None else s[i + 1 :]
-        elif s[i] == "(":
-            depth, j = 0, i
-            while j < len(s):
-                depth += {"(": 1, ")": -1}.get(s[j], 0)
-                if depth == 0:
-                    break
-                j += 1
-            end = min(j + 1, len(s))
-            span = s[i + 1 : j]
-        else:
-            token = re.match(r"\\?[A-Za-z]+|[\d.]+|.", s[i:], re.DOTALL)
-            span = token.group(0) if token else ""
-            end = i + len(span)
-        if s[end:].lstrip().startswith("^"):
-            span += "^"
-        spans.append(span)
-    return spans
-
-
-def _safe_for_sympy(s: str) -> bool:
-    """Whether math-verify (sympy) can be trusted to finish quickly on `s`."""
-    if len(s) > _MATH_VERIFY_MAX_CHARS or _UNBOUNDED_COMMANDS_RE.search(s):
-        return False
-    for span in _exponent_spans(s):
-        if "^" in span or "!" in span or "\\binom" in span or "\\choose" in span:
-            return False
-        if any(len(d) > 4 for d in re.findall(r"\d+", span)):
-            return False
-    for m in re.finditer(r"!", s):
-        before = s[: m.start()].rstrip()
-        digits = re.search(r"(\d+)$", before)
-        if digits:
-            if len(digits.group(1)) > 4:
-                return False
-        elif before.endswith((")", "}", "]")):
-            return False
-    big_binomial = re.search(r"\\[dt]?binom|\\choose", s) and re.search(r"\d{5,}", s)
-    return not big_binomial
-
-
 def _math_verify_equal(pred: str, gold: str) -> bool:
     """Symbolic equality by math-verify, run without signal-based timeouts (thread-safe)."""
-    gold_tex = "$" + gold.replace("$", " ").strip() + "$"
-    pred_tex = "$" + pred.replace("$", " ").strip() + "$"
-    if not (_safe_for_sympy(gold_tex) and _safe_for_sympy(pred_tex)):
+    gold_tex = "$" + plain_letters(gold).replace("$", " ").strip() + "$"
+    pred_tex = "$" + plain_letters(pred).replace("$", " ").strip() + "$"
+    if not (safe_for_sympy(gold_tex) and safe_for_sympy(pred_tex)):
         return False
     try:
         from math_verify import parse, verify
@@ -352,15 +305,26 @@ def _math_verify_equal(pred: str, gold: str) -> bool:
         pred_parsed = parse(pred_tex, parsing_timeout=None)
         if not gold_parsed or not pred_parsed:
             return False
-        return bool(verify(gold_parsed, pred_parsed, timeout_seconds=None))
+        # an interval gold matches the same set written as an inequality (x \\in [-2,7] ~ -2 \\le x \\le 7)
+        return bool(verify(gold_parsed, pred_parsed, allow_set_relation_comp=True, timeout_seconds=None))
     except Exception:  # math-verify/sympy may raise anything on odd input
         logger.debug("math-verify failed on pred=%r gold=%r", pred, gold, exc_info=True)
         return False
 
 
+def _decimal_comma_twins(a: str, b: str) -> bool:
+    """"1,22" and "1.22": one side a decimal comma, the other the same digits with a point."""
+    for comma, point in ((a, b), (b, a)):
+        if _DECIMAL_COMMA_RE.fullmatch(comma) and point == comma.replace(",", "."):
+            return True
+    return False
+
+
 def _is_correct_latex(pred: str, gold: str) -> bool:
     norm_pred, norm_gold = normalize_latex(pred), normalize_latex(gold)
     if norm_gold and norm_pred == norm_gold:
+        return True
+    if _decimal_comma_twins(norm_pred, norm_gold):
         return True
     # words ("Evelyn", "even") compare case-insensitively; single letters (variables) do not
     if re.fullmatch(r"[A-Za-z]{2,}", norm_gold) and norm_pred.lower() == norm_gold.lower():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -65,6 +67,47 @@ def test_number_kind_skips_explicit_forms_without_digits():
     ],
 )
 def test_extract_answer_latex(text, expected):
+    assert extract_answer(text, "latex") == expected
+
+
+# LaTeX answers go through math-verify's extraction (issue 16); outputs from Math-Verify's tests.
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # every box of a list, not only the last
+        (r"\boxed{1} and \boxed{2} and \boxed{3}", "1,2,3"),
+        # the answer after "Final Answer: ... is", not the sentence
+        ("Final Answer: The largest $n$ is 34.", "34"),
+        # the formula of a line of prose, not the line
+        (r"Therefore $x \geq 5$ is the solution.", r"x \geq 5"),
+        # display math after "Answer", also over several lines
+        ("Answer \\[ 9 \\]", "9"),
+        ("Answer \\[ \n 9 \n \\]", "9"),
+        # inline math does not run over lines
+        ("Answer $ \n 9 \n $", None),
+        ("Answer \\( \n 9 \n \\)", None),
+        # a later "The final answer is" beats an earlier box
+        (
+            r"so $0.05 \cdot 10,200 = \boxed{255}$. Final Answer: The final answer is $10,455$. I hope it is correct.",
+            "10,455",
+        ),
+        # decimal commas
+        ("1000,99", "1000.99"),
+        ("Soucis : 2,74 $ a..", "2.74"),
+        # a bare formula is the answer as a whole, not the number inside it
+        ("2x+3", "2x+3"),
+        ("x = 5", "x = 5"),
+        (r"so $\boxed{0.5}$.", "0.5"),
+        # a box sympy could hang on is not parsed, but still found
+        (r"\boxed{9^{9^{9^{9}}}}", "9^{9^{9^{9}}}"),
+        # and a number inside it does not take its place
+        (r"The answer is $9^{9^{9^{9}}}$", "9^{9^{9^{9}}}"),
+        (r"Final answer is $10^{100000000}$. I hope it is correct.", "10^{100000000}"),
+        # <ans> still comes first
+        (r"\boxed{3} then <ans>4</ans>", "4"),
+    ],
+)
+def test_extract_answer_latex_through_math_verify(text, expected):
     assert extract_answer(text, "latex") == expected
 
 
@@ -141,6 +184,13 @@ def test_find_boxed_nested_and_none():
 )
 def test_extract_number(s, expected):
     assert extract_number(s) == expected
+
+
+@pytest.mark.parametrize("text", ["\\[" * 20000, "\\(" * 20000, "1 " * 20000, "$a" * 20000, "\\boxed{" * 20000])
+def test_latex_extraction_of_long_pathological_text_is_quick(text):
+    start = time.perf_counter()
+    extract_answer(text, "latex")
+    assert time.perf_counter() - start < 10.0
 
 
 @settings(max_examples=400, deadline=None)

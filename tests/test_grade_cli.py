@@ -114,10 +114,29 @@ def test_kind_flag_and_registry_file_names(tmp_path):
     assert (as_number["kinds"], as_number["correct"]) == ({"number": 2}, 1)
 
 
-def test_empty_predictions(tmp_path, dataset):
-    preds = write_jsonl(tmp_path / "none.jsonl", [""])
-    summary = json.loads(run_grade("--data", str(dataset), "--predictions", str(preds)).stdout)
-    assert (summary["n"], summary["accuracy"], summary["missing"]) == (0, None, 5)
+def test_empty_files_and_nothing_graded_exit_2(tmp_path, dataset):
+    """An empty file, or predictions that match no data id, are errors, not an n=0 summary."""
+    empty = write_jsonl(tmp_path / "none.jsonl", [""])
+    preds = write_jsonl(tmp_path / "p.jsonl", [{"id": "q1", "prediction": "1080"}])
+    unknown = write_jsonl(tmp_path / "unknown.jsonl", [{"id": "zz", "prediction": "1080"}])
+    for args, message in [
+        (("--data", str(dataset), "--predictions", str(empty)), "none.jsonl: no predictions"),
+        (("--data", str(empty), "--predictions", str(preds)), "none.jsonl: no problems"),
+        (("--data", str(dataset), "--predictions", str(unknown)), "nothing graded"),
+    ]:
+        result = run_grade(*args)
+        assert result.returncode == 2, result.stdout
+        assert message in result.stderr
+        assert result.stdout == ""
+
+
+def test_out_failure_leaves_no_tmp_file(tmp_path, dataset):
+    preds = write_jsonl(tmp_path / "p.jsonl", [{"id": "q1", "prediction": "1080"}])
+    out_dir = tmp_path / "graded"
+    out_dir.mkdir()
+    result = run_grade("--data", str(dataset), "--predictions", str(preds), "--out", str(out_dir))
+    assert result.returncode == 2 and "is a directory" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["graded", "p.jsonl", "toy.jsonl"]
 
 
 @pytest.mark.parametrize(
@@ -153,3 +172,15 @@ def test_data_errors_and_usage_errors_exit_2(tmp_path, dataset):
     assert result.returncode == 2 and "--predictions" in result.stderr
     result = run_grade("--data", str(dataset), "--predictions", str(preds), "--kind", "numeric")
     assert result.returncode == 2 and "invalid choice" in result.stderr
+
+
+def test_write_rows_removes_its_tmp_file_when_writing_fails(tmp_path):
+    from reasoning.grade import _write_rows
+
+    out = tmp_path / "rows.jsonl"
+    with pytest.raises(TypeError):
+        _write_rows(out, [{"id": "q1"}, {"id": {"not", "json"}}])
+    assert list(tmp_path.iterdir()) == []
+    _write_rows(out, [{"id": "q1"}])
+    assert out.read_text(encoding="utf-8") == '{"id": "q1"}\n'
+    assert list(tmp_path.iterdir()) == [out]

@@ -84,6 +84,15 @@ LATEX_EQUAL = [
         r"\begin{pmatrix} -1/3 \\ 2/3 \\ 5/3 \end{pmatrix}",
         r"\begin{pmatrix} -1/3 \\ 2/3 \\ 5/3 \end{pmatrix}",
     ),
+    # issue 16
+    (r"1 - \frac{1}{\mathrm{e}}", r"1 - \frac{1}{\mathrm{e}}"),
+    (r"1 - \frac{1}{e}", r"1 - \frac{1}{\mathrm{e}}"),
+    ("32,349", "32349"),
+    (r"32,\! 349", "32349"),
+    ("1.22", "1,22"),  # a decimal comma in the gold
+    ("0.111", "0,111"),
+    (r"-2 \le x \le 7", r"x \in [-2,7]"),  # the set written as an inequality
+    ("{1,2,3}", "1, 2, 3"),
 ]
 
 LATEX_DIFFERENT = [
@@ -102,6 +111,13 @@ LATEX_DIFFERENT = [
     ("Eve", r"\text{Evelyn}"),
     (r"\sqrt{21}", r"\sqrt{20}"),
     ("", "5"),
+    # issue 16: a list is not a number with a thousands comma
+    ("32, 349", "32349"),
+    ("2125", "2, 125"),
+    ("1, 100", "1100"),
+    ("1.5", "1,5"),  # "1,5" is more often a list than a decimal comma
+    # \mathrm{e} is e, and 1 + 1/e is not 1 - 1/e
+    (r"1 + \frac{1}{\mathrm{e}}", r"1 - \frac{1}{\mathrm{e}}"),
 ]
 
 AQUA_OPTIONS = ["A)21", "B)21.5", "C)22 m", "D)23", "E)None of these"]
@@ -183,6 +199,13 @@ def test_choice_duplicate_option_texts_are_ambiguous():
     assert not is_correct("6 kmph", "E", "choice", options)
     assert not is_correct("6", "A", "choice", options)
     assert is_correct("15", "B", "choice", options)
+
+
+@pytest.mark.parametrize("kind", ["number", "text"])
+def test_signs_count_in_words_and_numbers(kind):
+    assert not is_correct(r"1 + \frac{1}{\mathrm{e}}", r"1 - \frac{1}{\mathrm{e}}", kind)
+    assert not is_correct("x + 3", "x - 3", kind)
+    assert is_correct("12-year-old", "12 year old", "text")
 
 
 @pytest.mark.parametrize(("pred", "gold"), TEXT_EQUAL)
