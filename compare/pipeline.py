@@ -24,7 +24,7 @@ from compare.config import (
     method_config,
     plain,
 )
-from compare.curves import sample_curve, stepco_curve
+from compare.curves import sample_curve, stepco_curve, token_sources
 from compare.evaluation import cells, eval_groups, evaluate_policy, load_eval_problems, read_cell
 from compare.jobs import Job, log, run_jobs
 from compare.plot import plot
@@ -160,10 +160,7 @@ def run(cfg: CompareConfig, out: Path, command: str = "") -> dict[str, Any]:
         "ppo_budget": ppo_budget,
         "artefacts": artefact_info,
         "table": table, "effects": effect_rows, "answer_changes": changes, "curves": curves,
-        "token_approximations": {
-            "sample_curves": "prompt tokens exact (k/N); completion and verifier tokens split by characters",
-            "stepco_curve": "per-round tokens split by characters of reconstructed prompts, completions and paths",
-        },
+        "token_sources": token_sources(curves),
         "stage_seconds": {"sft_psv_and_calibration": round(train_seconds, 1), "ppo_and_evaluation": round(jobs_seconds, 1),
                           "report": round(report_seconds, 1)},
         "total_wall_seconds": 0.0,

@@ -117,14 +117,17 @@ def write_report(path: Path, s: dict[str, Any], cfg: CompareConfig) -> None:
     L.append("One colour per policy, one marker per method. Self-consistency and Best-of-N at N = "
              f"{', '.join(map(str, ev.curve_n))} come from **one run at N = max** per cell: the first N samples of "
              "each problem are voted (self-consistency) or ranked by the verifier (Best-of-N, majority vote when "
-             "none of them could be scored) as the method does. Their tokens: prompt tokens exactly N/max of the "
-             "run's (one prompt per sample); completion tokens and verifier tokens are the run's exact per-problem "
-             "totals split over the samples in proportion to each sample's characters (per-sample token counts are "
-             "not in the method traces; the verifier split is the harness's own attribution rule). StepCo at "
-             "T = 1..max_rounds comes from **one run at T = max_rounds**: the answer after round t, and the run's "
-             "exact per-problem token totals split over rounds in proportion to the characters of each round's "
-             "reconstructed prompt, completion and verified path (per-round tokens are not in the trace). At "
-             "N = max and T = max_rounds the points are the measured totals. BEATS and greedy are single points.\n")
+             "none of them could be scored) as the method does, and their tokens are those the first N samples "
+             "spent, read from the trace (each sample records its prompt, completion and verifier tokens). StepCo at "
+             "T = 1..max_rounds comes from **one run at T = max_rounds**: the answer after round t, and the tokens "
+             "of rounds 0..t, read from the trace (each round records the tokens of the generation that wrote its "
+             "path and of that path's verification). At N = max and T = max_rounds the points are the measured "
+             "totals. BEATS and greedy are single points.\n")
+    sources = s.get("token_sources") or {}
+    notes = [text for text in sources.values() if text.startswith("apportioned")]
+    if notes:
+        L.append("**Apportioned tokens** (cells evaluated before the traces recorded tokens per sample or per "
+                 "round; re-run them for read values): " + "; ".join(notes) + ".\n")
     L.append("| policy | method | points (N or T: accuracy @ tokens/problem) |")
     L.append("|---|---|---|")
     for policy in cfg.policies:

@@ -63,13 +63,16 @@ class Tracker:
 
     `owners[i]` names the problem (its index in the batch given to `run`) that prompt or path `i`
     is spent on. Verifier tokens of one batched `score` call are split over its paths in
-    proportion to the characters each path's text has; the total is exact.
+    proportion to the characters each path's text has; the total is exact. `last_path_tokens`
+    holds each path's share of the latest `score` call, so that a method can record the tokens of
+    each sample or round in its trace (a completion's own tokens are on the `Completion`).
     """
 
     def __init__(self, generator: Generator, verifier: Verifier | None, n_problems: int):
         self.generator = generator
         self.verifier = verifier
         self.usage = [Usage() for _ in range(n_problems)]
+        self.last_path_tokens: list[int] = []
 
     def generate(self, owners: Sequence[int], prompts: Sequence[str], params: SamplingParams) -> list[list[Completion]]:
         if len(owners) != len(prompts):
@@ -98,11 +101,13 @@ class Tracker:
         sizes = [len(layout(q, p).text) for q, p in zip(questions, paths)]
         total = sum(sizes) or 1
         assigned = 0
+        self.last_path_tokens = []
         for k, (owner, size) in enumerate(zip(owners, sizes)):
             share = spent - assigned if k == len(sizes) - 1 else round(spent * size / total)
             assigned += share
             self.usage[owner].verifier_tokens += share
             self.usage[owner].verifier_calls += 1
+            self.last_path_tokens.append(share)
         return scores
 
 
@@ -183,24 +188,32 @@ def majority_vote(answers: Sequence[str | None], kind: str = "number") -> tuple[
 
 
 def score_paths(
-    tracker: Tracker, owners: Sequence[int], questions: Sequence[str], paths: Sequence[Sequence[str]]
+    tracker: Tracker, owners: Sequence[int], questions: Sequence[str], paths: Sequence[Sequence[str]],
+    tokens: list[int] | None = None,
 ) -> list[list[float] | None]:
     """`tracker.score`, except that a path the verifier refuses (`VerifierInputError`: zero steps,
     longer than its context...) gets None instead of failing the batch. Zero-step paths are never
-    sent; when the batch is refused, its paths are scored one by one to find the bad ones."""
+    sent; when the batch is refused, its paths are scored one by one to find the bad ones.
+    `tokens`, when given, becomes the verifier tokens charged to each path (0 for one not scored)."""
     out: list[list[float] | None] = [None] * len(paths)
+    if tokens is not None:
+        tokens[:] = [0] * len(paths)
     sendable = [i for i, p in enumerate(paths) if len(p) > 0]
     if not sendable:
         return out
     try:
         scores = tracker.score([owners[i] for i in sendable], [questions[i] for i in sendable],
                                [paths[i] for i in sendable])
-        for i, s in zip(sendable, scores):
+        for i, s, spent in zip(sendable, scores, tracker.last_path_tokens):
             out[i] = s
+            if tokens is not None:
+                tokens[i] = spent
     except VerifierInputError:
         for i in sendable:
             try:
                 out[i] = tracker.score([owners[i]], [questions[i]], [paths[i]])[0]
+                if tokens is not None:
+                    tokens[i] = tracker.last_path_tokens[0]
             except VerifierInputError:
                 out[i] = None
     return out

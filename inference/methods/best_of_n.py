@@ -11,6 +11,9 @@ aggregation is defined). The highest aggregate wins, the first sample on a tie.
 A sample with no steps, or one the verifier refuses, cannot be scored: its score is None, it is
 never chosen, and it is counted as an 'unscorable' flag. When no sample of a problem can be scored
 the method falls back to a majority vote over the samples' answers (flag 'fallback_majority_vote').
+
+Each sample of the trace records its own prompt, completion and verifier tokens, so that
+Best-of-N at a smaller N can be read from the first N samples, tokens included.
 """
 
 from __future__ import annotations
@@ -65,9 +68,11 @@ def run(problems: list[Problem], tracker: Tracker, config: Config) -> list[Metho
                 paths.append(path.steps)
                 where.append((i, j))
         parsed.append(rows)
+    spent: list[int] = []
     step_scores: dict[tuple[int, int], list[float] | None] = dict(
-        zip(where, score_paths(tracker, owners, questions, paths))
+        zip(where, score_paths(tracker, owners, questions, paths, tokens=spent))
     )
+    verifier_tokens = dict(zip(where, spent))
 
     results = []
     for i, (problem, completions) in enumerate(zip(problems, outputs)):
@@ -83,7 +88,9 @@ def run(problems: list[Problem], tracker: Tracker, config: Config) -> list[Metho
             elif best_score is None or value > best_score:
                 best, best_score = j, value
             samples.append({"text": c.text, "answer": answer, "finish_reason": c.finish_reason,
-                            "step_scores": s, "score": value})
+                            "step_scores": s, "score": value, "prompt_tokens": c.prompt_tokens,
+                            "completion_tokens": c.completion_tokens,
+                            "verifier_tokens": verifier_tokens.get((i, j), 0)})
         trace = {"samples": samples, "aggregation": config.aggregation, "chosen": best, "chosen_by": "verifier"}
         if best is None:
             best, votes = majority_vote([a for _, a in parsed[i]], problem.answer_kind)

@@ -7,7 +7,9 @@ sample with an extracted answer casts one vote under its normalised answer key
 (`inference.methods.base.answer_key`: "5", "5.0" and "$5" are one answer); samples without an
 answer do not vote. A tie goes to the answer seen first, so the result is deterministic given the
 samples. The prediction is the winning answer as its first sample wrote it, and the completion
-is that sample. All problems' samples come from one generator call.
+is that sample. All problems' samples come from one generator call. The trace records each
+sample's text, answer, finish reason and its own prompt and completion tokens, so that the
+method at a smaller N can be read from the first N samples, tokens included.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ def run(problems: list[Problem], tracker: Tracker, config: Config) -> list[Metho
                 usage=tracker.usage[i],
                 trace={"samples": [c.text for c in completions], "answers": answers,
                        "finish_reasons": [c.finish_reason for c in completions],
+                       "prompt_tokens": [c.prompt_tokens for c in completions],
+                       "completion_tokens": [c.completion_tokens for c in completions],
                        "votes": votes, "chosen": winner},
                 flags=flags,
             )
