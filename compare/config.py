@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -258,7 +259,11 @@ def parse_set(item: str) -> dict[str, Any]:
     key, sep, raw = item.partition("=")
     if not sep or not key.strip():
         raise CompareError(f"--set {item!r}: expected section.key=value")
-    value = yaml.safe_load(raw) if raw.strip() else None
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as e:
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise CompareError(f"--set {item!r}: the value is not valid YAML ({problem})") from None
     out: dict[str, Any] = {}
     node = out
     parts = key.strip().split(".")
@@ -345,6 +350,100 @@ def validate(cfg: CompareConfig) -> None:
             raise CompareError(f"eval.methods.{method}: {e}") from None
     if any(not isinstance(n, int) or n < 1 for n in ev.curve_n):
         raise CompareError(f"eval.curve_n must be positive integers, got {ev.curve_n}")
+    for where, spec in (("psv.combine_with", cfg.psv.combine_with), ("eval.verifier", ev.verifier)):
+        if spec is not None:
+            check_verifier_spec(spec, where)
+    check_training_flags(cfg)
+
+
+def check_verifier_spec(spec: str, where: str) -> None:
+    """A verifier spec's form, checked without loading anything: every part a builtin, a prefixed
+    spec (`math-shepherd:PATH`, ...) or an existing directory, so a typo fails before any stage."""
+    from reward_models.load import BUILTIN, CONFIDENCE_SPANS, spec_parts, split_spec
+
+    try:
+        parts = spec_parts(str(spec))
+    except ValueError as e:
+        raise CompareError(f"{where}: {e}") from None
+    for part in parts:
+        head, rest = split_spec(part)
+        if part in BUILTIN or (head in CONFIDENCE_SPANS and rest) or (rest and head != part):
+            continue
+        if not Path(part).expanduser().is_dir():
+            raise CompareError(f"{where}: {part!r} is not a verifier spec (one of {', '.join(BUILTIN)}, "
+                               "confidence:PATH, step-confidence:PATH, math-shepherd:PATH, token-prm:PATH) "
+                               "nor an existing PSV directory")
+
+
+def check_training_flags(cfg: CompareConfig) -> None:
+    """`sft.args` and each PPO run's flags parsed as `rl.sft` and `rl/ppo_step.py` will parse them
+    (the same dataclasses, the same checks), so a typo fails before any stage runs, --dry_run too."""
+    from rl.ppo_config import StepPPOConfig
+    from rl.sft import WorldSFTArguments, WorldSFTConfig
+
+    if not cfg.sft.path:
+        args, _ = _parse_flags("rl.sft", (WorldSFTArguments, WorldSFTConfig),
+                               {k: ("sft.args", v) for k, v in cfg.sft.args.items()})
+        try:
+            args.world_config()
+            args.task_weights()
+        except ValueError as e:
+            raise CompareError(f"sft.args: {e}") from None
+    for name, run in cfg.ppo.runs.items():
+        if name not in cfg.policies or run.path:
+            continue
+        values = {**{k: ("ppo.args", v) for k, v in cfg.ppo.args.items()},
+                  **{k: (f"ppo.runs.{name}.args", v) for k, v in run.args.items()}, "reward": (f"ppo.runs.{name}.reward", run.reward)}
+        (ppo,) = _parse_flags("rl/ppo_step.py", (StepPPOConfig,), values)
+        try:
+            ppo.validate()
+        except ValueError as e:
+            raise CompareError(f"ppo.runs.{name} (with ppo.args): {e}") from None
+
+
+def _parse_flags(script: str, types: tuple[type, ...], values: dict[str, tuple[str, Any]]) -> list[Any]:
+    """`values` (flag -> (config section, value)) parsed by the script's own dataclasses; an
+    unknown flag or a bad value is a CompareError naming the config key."""
+    import argparse
+
+    from trl import TrlParser
+
+    parser = TrlParser(types)
+
+    def error(message: str) -> None:
+        named = re.match(r"argument --([\w-]+)", message)
+        flag = named.group(1).replace("-", "_") if named else None
+        where = f"{values[flag][0]}.{flag}" if flag in values else script
+        raise CompareError(f"{where}: {message.split(': ', 1)[-1]} ({script})")
+
+    parser.error = error  # argparse reports bad values here; raise instead of exiting
+    argv = to_argv({k: v for k, (_, v) in values.items()}) + ["--output_dir", "compare-flag-check"]
+    try:
+        *parsed, rest = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    except CompareError:
+        raise
+    except (ValueError, TypeError, argparse.ArgumentError) as e:
+        raise CompareError(f"{script}: {e}") from None
+    unknown = [x[2:] for x in rest if x.startswith("--")]
+    if unknown:
+        flag = unknown[0].replace("-", "_")
+        where = values.get(flag, (script,))[0]
+        raise CompareError(f"{where}.{flag}: not a flag of {script}")
+    return parsed
+
+
+def to_argv(args: dict[str, Any]) -> list[str]:
+    """A mapping as command-line flags (booleans as true/false; None means the script's default)."""
+    argv = []
+    for k, v in args.items():
+        if v is None:
+            continue
+        if isinstance(v, bool):
+            v = "true" if v else "false"
+        elif isinstance(v, (list, tuple)):
+            v = ",".join(map(str, v))
+        argv += [f"--{k}", str(v)]
+    return argv
 
 
 def method_config(module, options: dict[str, Any], seed: int):

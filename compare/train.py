@@ -13,22 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from compare.cache import MARKER, Artefact, verifier_spec, write_marker
-from compare.config import ROOT, CompareConfig, CompareError
+from compare.config import ROOT, CompareConfig, CompareError, to_argv
 from compare.jobs import log, run_logged
-
-
-def to_argv(args: dict[str, Any]) -> list[str]:
-    """A mapping as command-line flags (booleans as true/false; None means the script's default)."""
-    argv = []
-    for k, v in args.items():
-        if v is None:
-            continue
-        if isinstance(v, bool):
-            v = "true" if v else "false"
-        elif isinstance(v, (list, tuple)):
-            v = ",".join(map(str, v))
-        argv += [f"--{k}", str(v)]
-    return argv
 
 
 def sft_command(cfg: CompareConfig, art: Artefact) -> list[str]:

@@ -181,3 +181,23 @@ def test_entry_point_is_the_package_cli(tmp_path):
     bad = subprocess.run([sys.executable, str(script), "--out", str(tmp_path / "o"), "--set", "workers=0"],
                          cwd=tmp_path, capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error: workers") and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("item, key", [
+    ("sft.args.lerning_rate=0.1", "sft.args.lerning_rate"),
+    ("sft.args.learning_rate=fast", "sft.args.learning_rate"),
+    ("sft.args.tasks=solve=1,dance=2", "sft.args"),
+    ("ppo.args.num_updatez=3", "ppo.args.num_updatez"),
+    ("ppo.runs.step_ppo.args.kl_coef=-1", "ppo.runs.step_ppo"),
+    ("ppo.runs.outcome_ppo.reward=outcom", "ppo.runs.outcome_ppo"),
+    ("psv.combine_with=step-confidance", "psv.combine_with"),
+    ("psv.combine_with=product:step-confidence", "psv.combine_with"),
+    ("eval.verifier=exakt", "eval.verifier"),
+    ("eval.n_problems=[unclosed", "eval.n_problems=[unclosed"),
+])
+def test_every_section_is_checked_up_front_even_in_a_dry_run(item, key, tmp_path, capsys):
+    """A typo in the flags of a later stage fails before any stage runs, as one line and exit 2."""
+    assert cli.main(["--out", str(tmp_path / "o"), "--dry_run", "--set", item]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith("error: ") and key in captured.err.splitlines()[0]
+    assert len(captured.err.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
