@@ -38,6 +38,12 @@ tokens, LLM and verifier calls), `flags`, `trace`, `chunk`, and on world problem
 token and call totals, wall seconds, flag counts, the full method config, dataset, policy,
 verifier, backend and seed. The summary is also printed as one JSON line.
 
+**Context.** With a backend that states its context (`hf`: the model config's
+`max_position_embeddings`), a prompt that cannot fit with `max_new_tokens` new tokens is never
+run: its row is flagged `prompt_too_long` (no prediction, counted in the summary's
+`prompt_too_long`), and a `max_new_tokens` beyond the context is capped to it (a warning says
+so). `vllm` and `openai` leave the check to the server.
+
 **Resuming.** Problems are run in chunks of `--chunk_size`; chunk `c` always holds the same
 problems and runs with a seed derived from (seed, c), so an interrupted and resumed run gives
 the same rows as an uninterrupted one. After a chunk its rows are appended to `results.jsonl` and
@@ -158,6 +164,10 @@ class EvalArguments:
             raise EvaluationError(f"--limit must be >= 0, got {self.limit}")
         if self.n_world < 0:
             raise EvaluationError(f"--n_world must be >= 0, got {self.n_world}")
+        out = Path(self.out)
+        existing = next((p for p in (out, *out.parents) if p.exists()), None)
+        if existing is not None and not existing.is_dir():
+            raise EvaluationError(f"--out {self.out}: {existing} is a file, not a directory")
         self.backend_kwargs()
 
     def backend_kwargs(self) -> dict[str, Any]:
@@ -703,7 +713,7 @@ def _seed_everything(seed: int) -> None:
         sys.modules["torch"].manual_seed(seed)
 
 
-def _row(problem: Problem, output: MethodOutput, chunk: int) -> dict[str, Any]:
+def _row(problem: Problem, output: MethodOutput, chunk: int, tracker_flags: Sequence[str] = ()) -> dict[str, Any]:
     if not isinstance(output, MethodOutput):
         raise EvaluationError(f"the method returned {type(output).__name__}, not a MethodOutput")
     prediction = output.prediction
@@ -717,7 +727,7 @@ def _row(problem: Problem, output: MethodOutput, chunk: int) -> dict[str, Any]:
         "correct": bool(correct),
         "completion": output.completion,
         "usage": output.usage.to_dict(),
-        "flags": list(output.flags),
+        "flags": list(tracker_flags) + list(output.flags),
         "trace": output.trace,
         "chunk": chunk,
     }
@@ -794,6 +804,7 @@ def evaluate(
 
     bar = tqdm(total=len(problems), initial=len(done), desc=name, unit="problem", disable=quiet, dynamic_ncols=True)
     has_seed = any(f.name == "seed" for f in dataclasses.fields(config))
+    capped_reported = False
     try:
         for c, start in enumerate(range(0, len(problems), chunk_size)):
             chunk = problems[start : start + chunk_size]
@@ -817,7 +828,11 @@ def evaluate(
             outputs = list(outputs)
             if len(outputs) != len(chunk):
                 raise EvaluationError(f"method {name} returned {len(outputs)} outputs for {len(chunk)} problems")
-            rows = [_row(chunk[i], outputs[i], c) for i in todo]
+            rows = [_row(chunk[i], outputs[i], c, tracker.flags[i]) for i in todo]
+            if tracker.capped_to is not None and not capped_reported:
+                print(f"warning: max_new_tokens is larger than the model's context: capped to {tracker.capped_to}",
+                      file=sys.stderr)
+                capped_reported = True
             _fsync_append(out / RESULTS, [_dumps(r) + "\n" for r in rows])
             for r in rows:
                 done[r["id"]] = _normalized(r)
@@ -916,6 +931,7 @@ def summarize(rows: Sequence[dict], progress: Sequence[dict] = (), n_problems: i
         "method_seconds": round(wall - load, 3),
         "seconds_per_problem": round((wall - load) / n, 4) if n else 0.0,
         "no_prediction": sum(r.get("prediction") is None for r in rows),
+        "prompt_too_long": sum("prompt_too_long" in (r.get("flags") or []) for r in rows),
         "flags": dict(sorted(flags.items())),
         "flag_occurrences": dict(sorted(occurrences.items())),
     }
@@ -936,14 +952,38 @@ def summarize(rows: Sequence[dict], progress: Sequence[dict] = (), n_problems: i
 # command line
 
 
+def check_server(model: str, options: dict[str, Any]) -> None:
+    """One request to an OpenAI-compatible server's `/v1/models`, without retries, before anything
+    is loaded: an EvaluationError when no server answers there (any HTTP answer will do)."""
+    from inference.backends.openai_compat import OpenAICompatError
+
+    try:
+        probe = build_generator("openai", model, **{**options, "max_retries": 0})
+    except EvaluationError:
+        raise
+    except ValueError as e:
+        raise EvaluationError(f"--backend openai: {e}") from None
+    try:
+        probe.models()
+    except OpenAICompatError as err:
+        if err.status is None:
+            raise EvaluationError(
+                f"--backend openai: no server answers at {probe.config.base_url} ({err}); start one (e.g. python -m "
+                "inference.backends.serve) or give its address: --backend_options '{\"base_url\": ...}'") from None
+    finally:
+        probe.close()
+
+
 def run_from_args(args: EvalArguments, module: types.ModuleType, config: Any) -> dict[str, Any]:
     """Load the data, the (lazy) generator and verifier of the CLI settings, and evaluate."""
     if args.backend == "hf" and not Path(args.policy).is_dir():
         raise EvaluationError(f"--policy {args.policy}: no such directory (the hf backend loads a save_pretrained folder)")
+    backend_kwargs = args.backend_kwargs()
+    if args.backend == "openai":
+        check_server(args.policy, backend_kwargs)
     problems, world_rows = load_problems(args)
     if not problems:
         raise EvaluationError(f"--dataset {args.dataset}: no problems to evaluate")
-    backend_kwargs = args.backend_kwargs()
     generator = _Lazy(lambda: build_generator(args.backend, args.policy, batch_size=args.batch_size,
                                               device=args.device, **backend_kwargs), "generator")
     verifier = None

@@ -21,7 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inference.backends.base import SamplingParams
-from inference.methods.base import MethodOutput, Tracker, completion_flags, majority_vote, score_paths
+from inference.methods.base import (
+    MethodOutput,
+    Tracker,
+    check_sampling_fields,
+    completion_flags,
+    majority_vote,
+    score_paths,
+)
 from reasoning.answers import extract_answer
 from reasoning.prompts import solve_prompt
 from reasoning.steps import split_steps
@@ -45,6 +52,7 @@ class Config:
     """Sampling seed passed to the generator."""
 
     def __post_init__(self) -> None:
+        check_sampling_fields(self)
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
 

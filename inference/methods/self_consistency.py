@@ -17,7 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inference.backends.base import SamplingParams
-from inference.methods.base import MethodOutput, Tracker, completion_flags, majority_vote
+from inference.methods.base import (
+    MethodOutput,
+    Tracker,
+    check_sampling_fields,
+    completion_flags,
+    majority_vote,
+)
 from reasoning.answers import extract_answer
 from reasoning.prompts import solve_prompt
 from reasoning.steps import split_steps
@@ -36,6 +42,9 @@ class Config:
     """Most tokens generated per sample."""
     seed: int = 0
     """Sampling seed passed to the generator."""
+
+    def __post_init__(self) -> None:
+        check_sampling_fields(self)
 
 
 def run(problems: list[Problem], tracker: Tracker, config: Config) -> list[MethodOutput]:

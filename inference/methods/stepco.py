@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from inference.backends.base import SamplingParams
-from inference.methods.base import MethodOutput, Tracker, completion_flags, score_paths
+from inference.methods.base import MethodOutput, Tracker, check_sampling_fields, completion_flags, score_paths
 from reasoning.answers import extract_answer
 from reasoning.prompts import revise_prompt, solve_prompt
 from reasoning.steps import prefix_text, split_steps
@@ -94,6 +94,7 @@ class LoopConfig(Protocol):
 
 
 def check_loop_config(config: LoopConfig) -> None:
+    check_sampling_fields(config)
     if config.revision not in REVISIONS:
         raise ValueError(f"revision must be one of {REVISIONS}, got {config.revision!r}")
     if config.max_rounds < 0:
