@@ -383,3 +383,27 @@ def test_bootstrap_interval():
     lo, hi = ev.bootstrap_interval(50, 100)
     assert 0.38 < lo < 0.45 < 0.55 < hi < 0.62
     assert ev.bootstrap_interval(50, 100) == [lo, hi]  # deterministic
+
+
+@dataclass
+class ClashConfig:
+    batch_size: int = 3
+    """The method's own batch size (a harness flag has the same name)."""
+    verbose: bool = True
+    """A boolean that is on by default."""
+
+
+def test_a_method_option_named_like_a_harness_flag_is_method_prefixed(monkeypatch, tmp_path, capsys):
+    module = types.ModuleType("inference.methods.fake_clash")
+    module.Config, module.run = ClashConfig, _blind_run
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    base = ["--method", "fake_clash", "--dataset", "world", "--policy", "p", "--out", "o"]
+    args, _, config = ev.parse_args([*base, "--batch_size", "7", "--method_batch_size", "5", "--no_verbose"])
+    assert (args.batch_size, config.batch_size, config.verbose) == (7, 5, False)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("method: fake_clash\nbatch_size: 9\nmethod_options: {batch_size: 4}\n")
+    args, _, config = ev.parse_args(["--config", str(recipe), "--policy", "p", "--dataset", "world", "--out", "o"])
+    assert (args.batch_size, config.batch_size) == (9, 4)
+    with pytest.raises(SystemExit):
+        ev.parse_args([*base, "--help"])
+    assert "--method_batch_size" in capsys.readouterr().out
