@@ -38,6 +38,12 @@ tokens, LLM and verifier calls), `flags`, `trace`, `chunk`, and on world problem
 token and call totals, wall seconds, flag counts, the full method config, dataset, policy,
 verifier, backend and seed. The summary is also printed as one JSON line.
 
+**Context.** With a backend that states its context (`hf`: the model config's
+`max_position_embeddings`), a prompt that cannot fit with `max_new_tokens` new tokens is never
+run: its row is flagged `prompt_too_long` (no prediction, counted in the summary's
+`prompt_too_long`), and a `max_new_tokens` beyond the context is capped to it (a warning says
+so). `vllm` and `openai` leave the check to the server.
+
 **Resuming.** Problems are run in chunks of `--chunk_size`; chunk `c` always holds the same
 problems and runs with a seed derived from (seed, c), so an interrupted and resumed run gives
 the same rows as an uninterrupted one. After a chunk its rows are appended to `results.jsonl` and
@@ -117,6 +123,8 @@ class EvaluationError(ValueError):
 class EvalArguments:
     """Settings of the harness itself (the method's own options come from its `Config`)."""
 
+    _argument_group_name = "evaluation"
+
     method: str = field(metadata={"help": f"Inference method: one of {', '.join(METHODS)}, or a dotted module path."})
     dataset: str = field(metadata={"help": "'world' (test split; 'world:dev' etc.), a benchmark name, or a .jsonl file."})
     policy: str = field(metadata={"help": "The policy: a save_pretrained directory (hf) or a model name (vllm, openai)."})
@@ -144,7 +152,7 @@ class EvalArguments:
     source: str = field(
         default="auto", metadata={"help": "Benchmark source: local file, the Hub, or auto.", "choices": ["auto", "local", "hub"]}
     )
-    bootstrap_samples: int = field(default=1000, metadata={"help": "Resamples of the accuracy's 95% bootstrap interval."})
+    bootstrap_samples: int = field(default=1000, metadata={"help": "Resamples of the accuracy's 95%% bootstrap interval."})
     overwrite: bool = field(default=False, metadata={"help": "Delete an existing run in --out and start afresh."})
     quiet: bool = field(default=False, metadata={"help": "No progress bar."})
 
@@ -158,6 +166,10 @@ class EvalArguments:
             raise EvaluationError(f"--limit must be >= 0, got {self.limit}")
         if self.n_world < 0:
             raise EvaluationError(f"--n_world must be >= 0, got {self.n_world}")
+        out = Path(self.out)
+        existing = next((p for p in (out, *out.parents) if p.exists()), None)
+        if existing is not None and not existing.is_dir():
+            raise EvaluationError(f"--out {self.out}: {existing} is a file, not a directory")
         self.backend_kwargs()
 
     def backend_kwargs(self) -> dict[str, Any]:
@@ -234,178 +246,43 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-_NONE_WORDS = {"none", "null"}
-_TRUE_WORDS = {"true", "yes", "1", "on"}
-_FALSE_WORDS = {"false", "no", "0", "off"}
-
-
-def _to_bool(s: str) -> bool:
-    if s.lower() in _TRUE_WORDS:
-        return True
-    if s.lower() in _FALSE_WORDS:
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {s!r}")
-
-
-_to_bool.__name__ = "bool"  # argparse names the converter in its error message
-
-
-def _to_json(s: str) -> Any:
-    try:
-        return json.loads(s)
-    except json.JSONDecodeError as e:
-        raise argparse.ArgumentTypeError(f"expected a JSON value, got {s!r} ({e.msg})") from None
-
-
-_to_json.__name__ = "JSON"
-
-
-def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        rest = [a for a in args if a is not type(None)]
-        if len(rest) == 1 and len(args) == 2:
-            return rest[0], True
-    return tp, False
-
-
-def _scalar_converter(tp: Any) -> Callable[[str], Any]:
-    if tp is bool:
-        return _to_bool
-    if tp in (int, float, str):
-        return tp
-    if typing.get_origin(tp) is typing.Literal:
-        values = typing.get_args(tp)
-
-        def choice(s: str) -> Any:
-            for v in values:
-                if str(v) == s:
-                    return v
-            raise argparse.ArgumentTypeError(f"expected one of {', '.join(map(str, values))}, got {s!r}")
-        return choice
-    return _to_json
-
-
-@dataclass
-class _Flag:
-    """One dataclass field as a command-line flag."""
-
-    owner: str
-    """'harness' or 'method'."""
-    name: str
-    """The field name."""
-    flag: str
-    """The option string, e.g. --threshold."""
-    convert: Callable[[str], Any]
-    sequence: type | None
-    """list or tuple for sequence fields (nargs='*'), else None."""
-    optional: bool
-    is_bool: bool
-    required: bool
-
-
-def _flags_for(cls: type, owner: str, taken: set[str], prefix: str = "") -> list[_Flag]:
-    try:
-        hints = typing.get_type_hints(cls)
-    except Exception:  # unresolvable annotations: fall back to the type of each default
-        hints = {}
-    flags = []
-    for f in dataclasses.fields(cls):
+def method_flags(module: types.ModuleType) -> type:
+    """The method's `Config` as a dataclass of command-line flags for `TrlParser`: the same fields,
+    types and defaults, each field's docstring as its help; a field whose name is also a harness
+    flag (or `config`) becomes `method_<name>`. `config_name` maps a flag back to its field."""
+    taken = {f.name for f in dataclasses.fields(EvalArguments)} | {"config"}
+    hints = typing.get_type_hints(module.Config)
+    docs = field_docs(module.Config)
+    specs, names = [], {}
+    for f in dataclasses.fields(module.Config):
         if not f.init:
             continue
-        tp = hints.get(f.name)
-        if tp is None:
-            default = f.default if f.default is not dataclasses.MISSING else None
-            tp = type(default) if default is not None else str
-        tp, optional = _unwrap_optional(tp)
-        sequence = None
-        origin = typing.get_origin(tp)
-        if origin in (list, tuple, Sequence, typing.Sequence):
-            args = [a for a in typing.get_args(tp) if a is not Ellipsis]
-            sequence = tuple if origin is tuple else list
-            item = args[0] if len(set(args)) == 1 else str
-            convert = _scalar_converter(item)
-        else:
-            convert = _scalar_converter(tp)
-        name = f.name if f.name not in taken else f"{prefix}{f.name}"
-        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        flags.append(_Flag(owner, f.name, f"--{name}", convert, sequence, optional, tp is bool and sequence is None,
-                           required))
+        kwargs: dict[str, Any] = {"metadata": {"help": docs.get(f.name, "").replace("%", "%%")}}
+        if f.default is not dataclasses.MISSING:
+            kwargs["default"] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            kwargs["default_factory"] = f.default_factory
+        name = f"method_{f.name}" if f.name in taken else f.name
+        names[name] = f.name
+        specs.append((name, hints[f.name], field(**kwargs)))
+    flags = dataclasses.make_dataclass(f"{module.Config.__name__}Flags", specs)
+    flags._argument_group_name = f"method options ({method_name(module)})"
+    flags.config_name = names
     return flags
 
 
-def _add_flags(group, cls: type, flags: list[_Flag]) -> None:
-    docs = field_docs(cls)
-    by_name = {f.name: f for f in dataclasses.fields(cls)}
-    for fl in flags:
-        f = by_name[fl.name]
-        help_text = f.metadata.get("help") or docs.get(fl.name) or ""
-        if f.default is not dataclasses.MISSING:
-            help_text += f" (default: {f.default!r})"
-        elif f.default_factory is not dataclasses.MISSING:
-            help_text += f" (default: {f.default_factory()!r})"
-        else:
-            help_text += " (required)"
-        kwargs: dict[str, Any] = dict(dest=f"{fl.owner}:{fl.name}", default=argparse.SUPPRESS,
-                                      help=help_text.replace("%", "%%"))
-        if "choices" in f.metadata:
-            kwargs["choices"] = f.metadata["choices"]
-        convert = fl.convert
-        if fl.optional:
-            inner = convert
+def _parser(flag_types: tuple[type, ...], module: types.ModuleType | None):
+    from trl import TrlParser
 
-            def convert(s: str, inner=inner) -> Any:
-                return None if s.lower() in _NONE_WORDS else inner(s)
-            convert.__name__ = getattr(inner, "__name__", "value")
-            if "choices" in kwargs:
-                kwargs["choices"] = [*kwargs["choices"], None]
-        kwargs["type"] = convert
-        if "choices" not in kwargs:
-            kwargs["metavar"] = "BOOL" if fl.is_bool else fl.name.upper()
-        if fl.sequence is not None:
-            kwargs["nargs"] = "*"
-        elif fl.is_bool:
-            kwargs.update(nargs="?", const=True)
-        options = [fl.flag]
-        if "_" in fl.flag:
-            options.append(fl.flag.replace("_", "-"))
-        group.add_argument(*options, **kwargs)
-        if fl.is_bool and f.default is True:
-            group.add_argument(f"--no_{fl.flag[2:]}", dest=f"{fl.owner}:{fl.name}", action="store_false",
-                               default=argparse.SUPPRESS, help=f"Set --{fl.flag[2:]} false.")
-
-
-def _coerce(value: Any, fl: _Flag, where: str) -> Any:
-    """A YAML value for a flag: strings go through the flag's converter, sequences become its type."""
-    if value is None:
-        return None
-    if fl.sequence is not None:
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, (list, tuple)):
-            raise EvaluationError(f"{where}: {fl.name} must be a list, got {value!r}")
-        return fl.sequence(fl.convert(v) if isinstance(v, str) else v for v in value)
-    if isinstance(value, str):
-        try:
-            return fl.convert(value)
-        except (ValueError, argparse.ArgumentTypeError) as e:
-            raise EvaluationError(f"{where}: bad value for {fl.name}: {e}") from None
-    if fl.convert is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    return value
-
-
-def _build_parser(module: types.ModuleType | None, flags: list[_Flag]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = TrlParser(
+        flag_types,
         prog="python -m inference.evaluate",
         description="Run an inference method on a dataset, grade it, and write results.jsonl and summary.json.",
         epilog=None if module is not None else "Pass --method M with --help to list the method's options.",
     )
-    parser.add_argument("--config", default=None, help="YAML recipe: harness and method options (the flags win).")
-    _add_flags(parser.add_argument_group("evaluation"), EvalArguments, [f for f in flags if f.owner == "harness"])
-    if module is not None:
-        group = parser.add_argument_group(f"method options ({method_name(module)})")
-        _add_flags(group, module.Config, [f for f in flags if f.owner == "method"])
+    parser.add_argument("--config", default=argparse.SUPPRESS,
+                        help="YAML recipe: harness and method options (method_options: a mapping of the "
+                             "method's); the flags win.")
     return parser
 
 
@@ -426,64 +303,53 @@ def _read_yaml(path: str) -> dict[str, Any]:
 def parse_args(argv: Sequence[str] | None = None) -> tuple[EvalArguments, types.ModuleType, Any]:
     """(harness arguments, method module, method Config) from the command line and `--config`.
 
-    Raises SystemExit(2) with argparse's message for a bad flag or value, EvaluationError for a bad
-    recipe or a value the dataclasses reject.
+    The flags are those `TrlParser` makes of `EvalArguments` and of the method's `Config`
+    (`method_flags`); the recipe's values become the parser's defaults, so the flags win. Raises
+    SystemExit(2) with argparse's message for a bad flag or value, EvaluationError for a bad recipe
+    or a value the dataclasses reject.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--config", default=None)
     pre.add_argument("--method", default=None)
     known, _ = pre.parse_known_args(argv)
+    if known.config is not None:  # the recipe is read here; the parser sees the rest of the line
+        i = max(i for i, a in enumerate(argv) if a == "--config" or a.startswith("--config="))
+        del argv[i: i + (1 if "=" in argv[i] else 2)]
     recipe = _read_yaml(known.config) if known.config else {}
     method_spec = known.method or recipe.get("method")
-    harness_flags = _flags_for(EvalArguments, "harness", set())
     if method_spec is None:
-        parser = _build_parser(None, harness_flags)
+        parser = _parser((EvalArguments,), None)
         parser.parse_args(argv)  # --help, or the message for missing --method
         parser.error("the following arguments are required: --method")
     module = load_method(method_spec)
-    taken = {f.name for f in dataclasses.fields(EvalArguments)} | {"config"}
-    method_flags = _flags_for(module.Config, "method", taken, prefix="method_")
-    flags = harness_flags + method_flags
-    parser = _build_parser(module, flags)
-    parsed = vars(parser.parse_args(argv))
-    parsed.pop("config", None)
-
-    values: dict[str, dict[str, Any]] = {"harness": {}, "method": {}}
-    by_key = {(f.owner, f.name): f for f in flags}
-    harness_names = {f.name for f in harness_flags}
-    method_by_flag = {f.flag[2:]: f for f in method_flags}
+    flags = method_flags(module)
+    parser = _parser((EvalArguments, flags), module)
     where = f"--config {known.config}"
-    for key, value in recipe.items():
-        if key == "method_options":
-            if not isinstance(value, dict):
-                raise EvaluationError(f"{where}: method_options must be a mapping")
-            for k, v in value.items():
-                if ("method", k) not in by_key:
-                    raise EvaluationError(f"{where}: method {method_name(module)} has no option {k!r}")
-                values["method"][k] = _coerce(v, by_key[("method", k)], where)
-        elif key in harness_names:
-            values["harness"][key] = _coerce(value, by_key[("harness", key)], where)
-        elif key in method_by_flag:
-            fl = method_by_flag[key]
-            values["method"][fl.name] = _coerce(value, fl, where)
-        else:
-            raise EvaluationError(f"{where}: unknown option {key!r}")
-    for dest, value in parsed.items():
-        owner, name = dest.split(":", 1)
-        fl = by_key[(owner, name)]
-        if fl.sequence is not None and value is not None:
-            value = fl.sequence(value)
-        values[owner][name] = value
-    values["harness"]["method"] = method_spec
-    missing = [f.flag for f in flags if f.required and f.name not in values[f.owner]]
-    if missing:
-        parser.error(f"the following arguments are required: {', '.join(missing)}")
+    defaults = dict(recipe)
+    options = defaults.pop("method_options", {})
+    if not isinstance(options, dict):
+        raise EvaluationError(f"{where}: method_options must be a mapping")
+    by_field = {v: k for k, v in flags.config_name.items()}
+    for k, v in options.items():
+        if k not in by_field:
+            raise EvaluationError(f"{where}: method {method_name(module)} has no option {k!r}")
+        defaults[by_field[k]] = v
+    unknown = parser.set_defaults_with_config(**defaults)
+    if unknown:
+        raise EvaluationError(f"{where}: unknown option {unknown[0].lstrip('-')!r}")
     try:
-        args = EvalArguments(**values["harness"])
-        config = module.Config(**values["method"])
+        args, parsed, rest = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True,
+                                                                look_for_args_file=False)
     except EvaluationError:
         raise
+    except (TypeError, ValueError) as e:
+        raise EvaluationError(str(e)) from None
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    values = {flags.config_name[k]: v for k, v in dataclasses.asdict(parsed).items()}
+    try:
+        config = module.Config(**values)
     except (TypeError, ValueError) as e:
         raise EvaluationError(f"method {method_name(module)}: {e}") from None
     return args, module, config
@@ -703,7 +569,7 @@ def _seed_everything(seed: int) -> None:
         sys.modules["torch"].manual_seed(seed)
 
 
-def _row(problem: Problem, output: MethodOutput, chunk: int) -> dict[str, Any]:
+def _row(problem: Problem, output: MethodOutput, chunk: int, tracker_flags: Sequence[str] = ()) -> dict[str, Any]:
     if not isinstance(output, MethodOutput):
         raise EvaluationError(f"the method returned {type(output).__name__}, not a MethodOutput")
     prediction = output.prediction
@@ -717,7 +583,7 @@ def _row(problem: Problem, output: MethodOutput, chunk: int) -> dict[str, Any]:
         "correct": bool(correct),
         "completion": output.completion,
         "usage": output.usage.to_dict(),
-        "flags": list(output.flags),
+        "flags": list(tracker_flags) + list(output.flags),
         "trace": output.trace,
         "chunk": chunk,
     }
@@ -794,6 +660,7 @@ def evaluate(
 
     bar = tqdm(total=len(problems), initial=len(done), desc=name, unit="problem", disable=quiet, dynamic_ncols=True)
     has_seed = any(f.name == "seed" for f in dataclasses.fields(config))
+    capped_reported = False
     try:
         for c, start in enumerate(range(0, len(problems), chunk_size)):
             chunk = problems[start : start + chunk_size]
@@ -817,7 +684,11 @@ def evaluate(
             outputs = list(outputs)
             if len(outputs) != len(chunk):
                 raise EvaluationError(f"method {name} returned {len(outputs)} outputs for {len(chunk)} problems")
-            rows = [_row(chunk[i], outputs[i], c) for i in todo]
+            rows = [_row(chunk[i], outputs[i], c, tracker.flags[i]) for i in todo]
+            if tracker.capped_to is not None and not capped_reported:
+                print(f"warning: max_new_tokens is larger than the model's context: capped to {tracker.capped_to}",
+                      file=sys.stderr)
+                capped_reported = True
             _fsync_append(out / RESULTS, [_dumps(r) + "\n" for r in rows])
             for r in rows:
                 done[r["id"]] = _normalized(r)
@@ -916,6 +787,7 @@ def summarize(rows: Sequence[dict], progress: Sequence[dict] = (), n_problems: i
         "method_seconds": round(wall - load, 3),
         "seconds_per_problem": round((wall - load) / n, 4) if n else 0.0,
         "no_prediction": sum(r.get("prediction") is None for r in rows),
+        "prompt_too_long": sum("prompt_too_long" in (r.get("flags") or []) for r in rows),
         "flags": dict(sorted(flags.items())),
         "flag_occurrences": dict(sorted(occurrences.items())),
     }
@@ -936,14 +808,38 @@ def summarize(rows: Sequence[dict], progress: Sequence[dict] = (), n_problems: i
 # command line
 
 
+def check_server(model: str, options: dict[str, Any]) -> None:
+    """One request to an OpenAI-compatible server's `/v1/models`, without retries, before anything
+    is loaded: an EvaluationError when no server answers there (any HTTP answer will do)."""
+    from inference.backends.openai_compat import OpenAICompatError
+
+    try:
+        probe = build_generator("openai", model, **{**options, "max_retries": 0})
+    except EvaluationError:
+        raise
+    except ValueError as e:
+        raise EvaluationError(f"--backend openai: {e}") from None
+    try:
+        probe.models()
+    except OpenAICompatError as err:
+        if err.status is None:
+            raise EvaluationError(
+                f"--backend openai: no server answers at {probe.config.base_url} ({err}); start one (e.g. python -m "
+                "inference.backends.serve) or give its address: --backend_options '{\"base_url\": ...}'") from None
+    finally:
+        probe.close()
+
+
 def run_from_args(args: EvalArguments, module: types.ModuleType, config: Any) -> dict[str, Any]:
     """Load the data, the (lazy) generator and verifier of the CLI settings, and evaluate."""
     if args.backend == "hf" and not Path(args.policy).is_dir():
         raise EvaluationError(f"--policy {args.policy}: no such directory (the hf backend loads a save_pretrained folder)")
+    backend_kwargs = args.backend_kwargs()
+    if args.backend == "openai":
+        check_server(args.policy, backend_kwargs)
     problems, world_rows = load_problems(args)
     if not problems:
         raise EvaluationError(f"--dataset {args.dataset}: no problems to evaluate")
-    backend_kwargs = args.backend_kwargs()
     generator = _Lazy(lambda: build_generator(args.backend, args.policy, batch_size=args.batch_size,
                                               device=args.device, **backend_kwargs), "generator")
     verifier = None

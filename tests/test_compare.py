@@ -1,36 +1,29 @@
-"""scripts/compare.py: the quick comparison end to end (train, evaluate, report) and its cache."""
+"""The comparison (`compare`, run by scripts/compare.py): the quick run end to end (train, evaluate,
+report), its cache and its config."""
 
-import importlib.util
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from compare import cache as artefact_cache
+from compare import cli, config, evaluation, train
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load_compare():
-    spec = importlib.util.spec_from_file_location("steprl_compare_script", ROOT / "scripts" / "compare.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-compare = _load_compare()
-
-
 def _markers(cache: Path) -> dict[str, float]:
-    return {p.parent.name: p.stat().st_mtime for p in cache.glob(f"*/{compare.MARKER}")}
+    return {p.parent.name: p.stat().st_mtime for p in cache.glob(f"*/{artefact_cache.MARKER}")}
 
 
 @pytest.mark.slow
 def test_quick_run_writes_every_cell_and_rerun_reuses_the_cache(tmp_path):
     out, cache = tmp_path / "out", tmp_path / "cache"
     argv = ["--quick", "--out", str(out), "--cache_dir", str(cache), "--n_problems", "3"]
-    assert compare.main(argv) == 0
+    assert cli.main(argv) == 0
 
     for name in ("report.md", "summary.json", "accuracy_vs_tokens.png"):
         assert (out / name).stat().st_size > 0, name
@@ -40,7 +33,7 @@ def test_quick_run_writes_every_cell_and_rerun_reuses_the_cache(tmp_path):
     assert s["policies"] == policies and s["n_problems"] == 3 and s["total_wall_seconds"] > 0
     for policy in policies:
         cells = s["table"][policy]
-        assert set(cells) == {*methods, compare.REFERENCE}, policy
+        assert set(cells) == {*methods, config.REFERENCE}, policy
         for label, c in cells.items():
             assert c["n"] == 3, (policy, label)
             assert 0.0 <= c["accuracy"] <= 1.0
@@ -49,7 +42,7 @@ def test_quick_run_writes_every_cell_and_rerun_reuses_the_cache(tmp_path):
             assert c["generator_tokens"] > 0 and c["total_tokens"] >= c["generator_tokens"] and c["llm_calls"] > 0
         assert cells["best_of_n"]["verifier_tokens"] > 0  # the PSV scored every sample and is counted
         assert cells["greedy"]["verifier_tokens"] == 0 and cells["stepco"]["verifier_is_reference"] is False
-        assert cells[compare.REFERENCE]["verifier_is_reference"] is True
+        assert cells[config.REFERENCE]["verifier_is_reference"] is True
         # the curves read from one run agree with that run at its own N and T
         curves = s["curves"][policy]
         for method in ("self_consistency", "best_of_n"):
@@ -69,7 +62,7 @@ def test_quick_run_writes_every_cell_and_rerun_reuses_the_cache(tmp_path):
     if cal["fallback"]:  # no correct (or no erroneous) dev path: F1 undefined, the configured θ is kept
         assert cal["threshold"] == cal["configured_threshold"] and "both" in cal["fallback"]
     for policy in policies:  # one θ for every policy and for the reference
-        for label in ("stepco", compare.REFERENCE):
+        for label in ("stepco", config.REFERENCE):
             cell = json.loads((out / "eval" / policy / label / "summary.json").read_text())
             assert cell["method_config"]["threshold"] == pytest.approx(cal["threshold"])
     assert "StepCo's threshold" in (out / "report.md").read_text()
@@ -83,7 +76,7 @@ def test_quick_run_writes_every_cell_and_rerun_reuses_the_cache(tmp_path):
     before = _markers(cache)
     assert len(before) == 4  # sft, psv, two PPO runs
     start = time.time()
-    assert compare.main(argv) == 0
+    assert cli.main(argv) == 0
     assert time.time() - start < 60
     assert _markers(cache) == before
     again = json.loads((out / "summary.json").read_text())
@@ -94,7 +87,7 @@ def test_quick_run_writes_every_cell_and_rerun_reuses_the_cache(tmp_path):
     data = ROOT.parent / "shared" / "data"
     if (data / "gsm8k_test.jsonl").exists():
         bench = tmp_path / "gsm8k"
-        assert compare.main(["--quick", "--out", str(bench), "--cache_dir", str(cache), "--n_problems", "2",
+        assert cli.main(["--quick", "--out", str(bench), "--cache_dir", str(cache), "--n_problems", "2",
                              "--set", "eval.dataset=gsm8k", "--set", "eval.source=local",
                              "--set", "eval.threshold_dev_problems=null",
                              "--set", f"eval.data_dir={data}"]) == 0
@@ -105,72 +98,106 @@ def test_quick_run_writes_every_cell_and_rerun_reuses_the_cache(tmp_path):
 
 
 def test_shipped_recipe_is_the_embedded_default():
-    assert compare.load_config(compare.DEFAULT_CONFIG) == compare.CompareConfig()
-    quick = compare.load_config(None, quick=True)
+    assert config.load_config(config.DEFAULT_CONFIG) == config.CompareConfig()
+    quick = config.load_config(None, quick=True)
     assert quick.workers == 1 and quick.ppo.args["num_updates"] == 2
-    assert quick.sft.args["tasks"] == compare.CompareConfig().sft.args["tasks"]  # revise, clarify, verify kept
+    assert quick.sft.args["tasks"] == config.CompareConfig().sft.args["tasks"]  # revise, clarify, verify kept
     for task in ("revise", "clarify", "verify"):
         assert task in quick.sft.args["tasks"]
 
 
 def test_config_errors_name_the_key(tmp_path):
-    with pytest.raises(compare.CompareError, match="eval.sampels"):
-        compare.load_config(None, sets=["eval.sampels=3"])
-    with pytest.raises(compare.CompareError, match="num_updates"):
-        compare.load_config(None, sets=["ppo.runs.step_ppo.args.num_updates=5"])
-    with pytest.raises(compare.CompareError, match="eval.methods.stepco"):
-        compare.load_config(None, sets=["eval.methods.stepco.rounds=3"])
-    with pytest.raises(compare.CompareError, match="policies"):
-        compare.load_config(None, sets=["policies=[sft, dpo]"])
+    with pytest.raises(config.CompareError, match="eval.sampels"):
+        config.load_config(None, sets=["eval.sampels=3"])
+    with pytest.raises(config.CompareError, match="num_updates"):
+        config.load_config(None, sets=["ppo.runs.step_ppo.args.num_updates=5"])
+    with pytest.raises(config.CompareError, match="eval.methods.stepco"):
+        config.load_config(None, sets=["eval.methods.stepco.rounds=3"])
+    with pytest.raises(config.CompareError, match="policies"):
+        config.load_config(None, sets=["policies=[sft, dpo]"])
     bad = tmp_path / "bad.yaml"
     bad.write_text("eval: [1, 2]\n")
-    with pytest.raises(compare.CompareError, match="eval"):
-        compare.load_config(bad)
-    assert compare.main(["--out", str(tmp_path / "x"), "--set", "workers=0"]) == 2
+    with pytest.raises(config.CompareError, match="eval"):
+        config.load_config(bad)
+    assert cli.main(["--out", str(tmp_path / "x"), "--set", "workers=0"]) == 2
 
 
 def test_artefact_hashes_follow_what_defines_them(tmp_path):
-    base = compare.artefacts(compare.load_config(None, overrides={"cache_dir": str(tmp_path)}))
-    psv = compare.artefacts(compare.load_config(None, sets=["psv.n_problems=50"], overrides={"cache_dir": str(tmp_path)}))
+    base = artefact_cache.artefacts(config.load_config(None, overrides={"cache_dir": str(tmp_path)}))
+    psv = artefact_cache.artefacts(config.load_config(None, sets=["psv.n_problems=50"], overrides={"cache_dir": str(tmp_path)}))
     assert psv["sft"].dir == base["sft"].dir
     assert psv["psv"].dir != base["psv"].dir and psv["step_ppo"].dir != base["step_ppo"].dir
-    ev = compare.artefacts(compare.load_config(None, sets=["eval.n_problems=7", "eval.methods.stepco.threshold=0.7"]))
+    ev = artefact_cache.artefacts(config.load_config(None, sets=["eval.n_problems=7", "eval.methods.stepco.threshold=0.7"]))
     assert [a.hash for a in ev.values()] == [a.hash for a in base.values()]  # evaluation trains nothing new
     assert base["step_ppo"].dir.name.startswith("ppo-step-") and base["outcome_ppo"].dir.name.startswith("ppo-outcome-")
-    given = compare.artefacts(compare.load_config(None, sets=[f"sft.path={tmp_path}", "psv.path=confidence"]))
+    given = artefact_cache.artefacts(config.load_config(None, sets=[f"sft.path={tmp_path}", "psv.path=confidence"]))
     assert given["sft"].given and given["sft"].spec == str(tmp_path) and given["psv"].spec == "confidence"
     assert given["step_ppo"].key["policy"] == str(tmp_path)
-    assert compare.to_argv({"a": True, "b": None, "c": 2}) == ["--a", "true", "--c", "2"]
+    assert train.to_argv({"a": True, "b": None, "c": 2}) == ["--a", "true", "--c", "2"]
 
 
 def test_combined_verifier_is_bound_to_the_sft_policy_and_keys_the_ppo_runs(tmp_path):
     cache = {"cache_dir": str(tmp_path)}
-    base_cfg = compare.load_config(None, sets=["psv.combine_with=null"], overrides=cache)
-    base = compare.artefacts(base_cfg)
-    assert compare.verifier_spec(base_cfg, base) == base["psv"].spec  # the PSV alone
-    cfg = compare.load_config(None, overrides=cache)  # the default joins the SFT policy's step confidence
-    arts = compare.artefacts(cfg)
-    spec = compare.verifier_spec(cfg, arts)
+    base_cfg = config.load_config(None, sets=["psv.combine_with=null"], overrides=cache)
+    base = artefact_cache.artefacts(base_cfg)
+    assert artefact_cache.verifier_spec(base_cfg, base) == base["psv"].spec  # the PSV alone
+    cfg = config.load_config(None, overrides=cache)  # the default joins the SFT policy's step confidence
+    arts = artefact_cache.artefacts(cfg)
+    spec = artefact_cache.verifier_spec(cfg, arts)
     assert spec == f"product:step-confidence:{arts['sft'].spec},{arts['psv'].spec}"
     assert arts["psv"].dir == base["psv"].dir and arts["step_ppo"].dir != base["step_ppo"].dir
-    assert compare.ppo_argv(cfg, "step_ppo", arts)[compare.ppo_argv(cfg, "step_ppo", arts).index("--verifier") + 1] == spec
+    assert train.ppo_argv(cfg, "step_ppo", arts)[train.ppo_argv(cfg, "step_ppo", arts).index("--verifier") + 1] == spec
     # A bare confidence verifier given as the PSV reads the SFT policy, whichever policy is evaluated.
-    given = compare.load_config(None, sets=[f"sft.path={tmp_path}", "psv.path=confidence", "psv.combine_with=null"])
-    assert compare.verifier_spec(given, compare.artefacts(given)) == f"confidence:{tmp_path}"
-    with pytest.raises(compare.CompareError, match="threshold_dev_problems"):
-        compare.load_config(None, sets=["eval.dataset=gsm8k"])
+    given = config.load_config(None, sets=[f"sft.path={tmp_path}", "psv.path=confidence", "psv.combine_with=null"])
+    assert artefact_cache.verifier_spec(given, artefact_cache.artefacts(given)) == f"confidence:{tmp_path}"
+    with pytest.raises(config.CompareError, match="threshold_dev_problems"):
+        config.load_config(None, sets=["eval.dataset=gsm8k"])
     for bad in ("psv.combine_rule=max", "psv.combine_with=min:a,b"):
-        with pytest.raises(compare.CompareError, match="psv.combine"):
-            compare.load_config(None, sets=["psv.combine_with=step-confidence", bad])
+        with pytest.raises(config.CompareError, match="psv.combine"):
+            config.load_config(None, sets=["psv.combine_with=step-confidence", bad])
 
 
 def test_evaluation_jobs_split_beats_from_the_other_methods_with_several_workers():
-    cfg = compare.load_config(None)
-    labels = [label for label, _, _ in compare.cells(cfg, True)]
-    assert compare.eval_groups(cfg, True, 1) == [labels]
-    groups = compare.eval_groups(cfg, True, 2)
-    assert groups == [["beats"], ["greedy", "self_consistency", "best_of_n", "stepco", compare.REFERENCE]]
+    cfg = config.load_config(None)
+    labels = [label for label, _, _ in evaluation.cells(cfg, True)]
+    assert evaluation.eval_groups(cfg, True, 1) == [labels]
+    groups = evaluation.eval_groups(cfg, True, 2)
+    assert groups == [["beats"], ["greedy", "self_consistency", "best_of_n", "stepco", config.REFERENCE]]
     assert sorted(sum(groups, [])) == sorted(labels)  # every cell in exactly one job
-    no_beats = compare.load_config(None, sets=["eval.methods.beats=null"])
-    assert compare.eval_groups(no_beats, True, 2) == [["greedy", "self_consistency", "best_of_n", "stepco",
-                                                      compare.REFERENCE]]
+    no_beats = config.load_config(None, sets=["eval.methods.beats=null"])
+    assert evaluation.eval_groups(no_beats, True, 2) == [["greedy", "self_consistency", "best_of_n", "stepco",
+                                                      config.REFERENCE]]
+
+
+def test_entry_point_is_the_package_cli(tmp_path):
+    """scripts/compare.py, run from elsewhere, imports the package (not itself) and keeps its CLI."""
+    script = ROOT / "scripts" / "compare.py"
+    done = subprocess.run([sys.executable, str(script), "--out", str(tmp_path / "o"), "--dry_run",
+                           "--cache_dir", str(tmp_path / "c")], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert list(plan["artefacts"]) == ["sft", "psv", "outcome_ppo", "step_ppo"]
+    assert plan["cells"][-1] == config.REFERENCE
+    bad = subprocess.run([sys.executable, str(script), "--out", str(tmp_path / "o"), "--set", "workers=0"],
+                         cwd=tmp_path, capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: workers") and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("item, key", [
+    ("sft.args.lerning_rate=0.1", "sft.args.lerning_rate"),
+    ("sft.args.learning_rate=fast", "sft.args.learning_rate"),
+    ("sft.args.tasks=solve=1,dance=2", "sft.args"),
+    ("ppo.args.num_updatez=3", "ppo.args.num_updatez"),
+    ("ppo.runs.step_ppo.args.kl_coef=-1", "ppo.runs.step_ppo"),
+    ("ppo.runs.outcome_ppo.reward=outcom", "ppo.runs.outcome_ppo"),
+    ("psv.combine_with=step-confidance", "psv.combine_with"),
+    ("psv.combine_with=product:step-confidence", "psv.combine_with"),
+    ("eval.verifier=exakt", "eval.verifier"),
+    ("eval.n_problems=[unclosed", "eval.n_problems=[unclosed"),
+])
+def test_every_section_is_checked_up_front_even_in_a_dry_run(item, key, tmp_path, capsys):
+    """A typo in the flags of a later stage fails before any stage runs, as one line and exit 2."""
+    assert cli.main(["--out", str(tmp_path / "o"), "--dry_run", "--set", item]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith("error: ") and key in captured.err.splitlines()[0]
+    assert len(captured.err.strip().splitlines()) == 1 and not (tmp_path / "o").exists()

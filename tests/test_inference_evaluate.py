@@ -220,12 +220,56 @@ def test_method_options_become_flags(capsys):
 
 
 @pytest.mark.parametrize("bad", [["--max_new_tokens", "abc"], ["--aggregation", "median"], ["--nonsense", "1"],
-                                 ["--backend", "tpu"], ["--chunk_size", "0"]])
+                                 ["--backend", "tpu"], ["--chunk_size", "0"], ["--max_new_tokens", "-5"],
+                                 ["--n", "0"], ["--top_p", "0"]])
 def test_bad_values_exit_2(bad, tmp_path, capsys):
     code = cli("--method", "best_of_n", "--dataset", "world", "--policy", tmp_path, "--out", tmp_path / "o", *bad)
     assert code == 2
     assert bad[0].lstrip("-") in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_out_naming_a_file_is_a_clear_error(tmp_path, capsys):
+    (tmp_path / "taken").write_text("a file\n")
+    for out in (tmp_path / "taken", tmp_path / "taken" / "run"):
+        code = cli("--method", "greedy", "--dataset", "world", "--policy", tmp_path, "--out", out)
+        err = capsys.readouterr().err
+        assert code == 2 and "is a file" in err and len(err.strip().splitlines()) == 1
+
+
+def test_openai_backend_without_a_server_is_one_line_before_anything_loads(tmp_path, capsys):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    options = json.dumps({"base_url": f"http://127.0.0.1:{port}/v1"})
+    code = cli("--method", "greedy", "--dataset", "no_such_benchmark", "--policy", "served", "--backend", "openai",
+               "--backend_options", options, "--out", tmp_path / "o")
+    err = capsys.readouterr().err
+    assert code == 2 and "no server answers" in err and f"127.0.0.1:{port}" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "o").exists()  # the dataset was not read yet
+
+
+def test_prompt_longer_than_the_context_is_flagged_and_not_run(policy_dir, tmp_path, capsys):
+    """The tiny policy takes 1,024 positions: a 3,000-word question is flagged, never generated."""
+    data = tmp_path / "long.jsonl"
+    rows = [{"id": "short", "question": "What is 1 + 1?", "answer": "2"},
+            {"id": "long", "question": "apples " * 3000 + "How many?", "answer": "3"}]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "o"
+    assert cli("--method", "greedy", "--dataset", data, "--policy", policy_dir, "--out", out, *TOKENS) == 0
+    short, long = rows_of(out)
+    assert long["flags"][0] == "prompt_too_long" and long["prediction"] is None and long["usage"]["llm_calls"] == 0
+    assert "prompt_too_long" not in short["flags"] and short["usage"]["llm_calls"] == 1
+    summary = summary_of(out)
+    assert summary["prompt_too_long"] == 1 and summary["flags"]["prompt_too_long"] == 1
+    # max_new_tokens beyond the context is capped (and then no prompt fits: all flagged, none run)
+    capsys.readouterr()
+    capped = tmp_path / "capped"
+    assert cli(*world_args(policy_dir, capped, n=2), "--max_new_tokens", 100000) == 0
+    assert "capped to 1023" in capsys.readouterr().err
+    assert summary_of(capped)["prompt_too_long"] == 2 and summary_of(capped)["llm_calls"] == 0
 
 
 def test_unknown_method_and_missing_flags(tmp_path, capsys):
@@ -339,3 +383,27 @@ def test_bootstrap_interval():
     lo, hi = ev.bootstrap_interval(50, 100)
     assert 0.38 < lo < 0.45 < 0.55 < hi < 0.62
     assert ev.bootstrap_interval(50, 100) == [lo, hi]  # deterministic
+
+
+@dataclass
+class ClashConfig:
+    batch_size: int = 3
+    """The method's own batch size (a harness flag has the same name)."""
+    verbose: bool = True
+    """A boolean that is on by default."""
+
+
+def test_a_method_option_named_like_a_harness_flag_is_method_prefixed(monkeypatch, tmp_path, capsys):
+    module = types.ModuleType("inference.methods.fake_clash")
+    module.Config, module.run = ClashConfig, _blind_run
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    base = ["--method", "fake_clash", "--dataset", "world", "--policy", "p", "--out", "o"]
+    args, _, config = ev.parse_args([*base, "--batch_size", "7", "--method_batch_size", "5", "--no_verbose"])
+    assert (args.batch_size, config.batch_size, config.verbose) == (7, 5, False)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("method: fake_clash\nbatch_size: 9\nmethod_options: {batch_size: 4}\n")
+    args, _, config = ev.parse_args(["--config", str(recipe), "--policy", "p", "--dataset", "world", "--out", "o"])
+    assert (args.batch_size, config.batch_size) == (9, 4)
+    with pytest.raises(SystemExit):
+        ev.parse_args([*base, "--help"])
+    assert "--method_batch_size" in capsys.readouterr().out

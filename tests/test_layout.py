@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("reasoning", "reward_models", "rl", "inference")
+PACKAGES = ("reasoning", "reward_models", "rl", "inference", "compare")
 # What each part of the toolkit may import from the others (DESIGN.md).
 ALLOWED = {
     "reasoning": set(),
@@ -15,6 +15,8 @@ ALLOWED = {
     "reward_models": {"reasoning", "inference.backends"},
     "rl": {"reasoning", "reward_models", "inference.backends"},
     "inference": {"reasoning", "inference.backends", "reward_models"},
+    # the end-to-end comparison is the top floor: it imports every package and nothing imports it
+    "compare": {"reasoning", "inference.backends", "reward_models", "rl", "inference"},
 }
 
 

@@ -366,6 +366,59 @@ def test_stepco_token_attribution_per_problem():
     assert out[0].usage.total_tokens > out[1].usage.total_tokens > 0
 
 
+
+def _sums(records, *keys):
+    return tuple(sum(r[k] for r in records) for k in keys)
+
+
+def test_sampling_traces_record_each_samples_tokens_and_they_add_up_to_the_usage():
+    probs = [problem(0), problem(1, "A much longer question, with more words to read?")]
+    a = lambda x, pad="": path(f"work {pad}", f"The answer is <ans>{x}</ans>.")  # noqa: E731
+    gen = ScriptedGenerator({solve_prompt(probs[0].question): [a(1), a(2, "and a much longer step"), "", a(1)],
+                             solve_prompt(probs[1].question): [a(3, "x y z"), path("HUGE", "<ans>4</ans>")]})
+    sc = self_consistency.run(probs, tracker_for(gen, 2), self_consistency.Config(n=4))
+    for o, prompt in zip(sc, [solve_prompt(p.question) for p in probs]):
+        t = o.trace
+        assert t["prompt_tokens"] == [len(prompt.split())] * 4
+        assert t["completion_tokens"] == [len(x.split()) for x in t["samples"]]
+        assert (sum(t["prompt_tokens"]), sum(t["completion_tokens"])) == (o.usage.prompt_tokens,
+                                                                          o.usage.completion_tokens)
+    verifier = ScriptedVerifier()
+    bon = best_of_n.run(probs, tracker_for(gen, 2, verifier), best_of_n.Config(n=4))
+    for o in bon:
+        samples = o.trace["samples"]
+        assert [s["completion_tokens"] for s in samples] == [len(s["text"].split()) for s in samples]
+        assert _sums(samples, "prompt_tokens", "completion_tokens", "verifier_tokens") == (
+            o.usage.prompt_tokens, o.usage.completion_tokens, o.usage.verifier_tokens)
+        # an unscored sample (no steps, or refused) was charged no verifier tokens; a longer path more
+        assert all(s["verifier_tokens"] == 0 for s in samples if s["score"] is None)
+    first = bon[0].trace["samples"]
+    assert first[1]["verifier_tokens"] > first[0]["verifier_tokens"] > 0
+    assert sum(o.usage.verifier_tokens for o in bon) == verifier.tokens_used
+
+
+def test_stepco_rounds_record_their_tokens_and_they_add_up_to_the_usage():
+    probs = [problem(0, Q), problem(1, "Short?"), problem(2, "Stuck?")]
+    v0 = ["s1", "s2 BAD", "<ans>1</ans>"]
+    s0 = ["t1 BAD", "<ans>7</ans>"]
+    revise = revise_prompt(Q, v0, 2, 0.0)
+    gen = ScriptedGenerator({solve_prompt(Q): join_steps(v0), revise: join_steps(["s2 ok", "<ans>3</ans>"]),
+                             solve_prompt("Short?"): join_steps(["fine", "<ans>2</ans>"]),
+                             solve_prompt("Stuck?"): join_steps(s0), revise_prompt("Stuck?", s0, 1, 0.0): ""})
+    verifier = ScriptedVerifier()
+    out = stepco.run(probs, tracker_for(gen, 3, verifier), stepco.Config(max_rounds=2))
+    for o in out:
+        rounds = o.trace["rounds"]
+        assert _sums(rounds, "prompt_tokens", "completion_tokens", "verifier_tokens") == (
+            o.usage.prompt_tokens, o.usage.completion_tokens, o.usage.verifier_tokens)
+    r0 = out[0].trace["rounds"]
+    assert [r["prompt_tokens"] for r in r0] == [len(solve_prompt(Q).split()), len(revise.split())]
+    assert all(r["verifier_tokens"] > 0 for r in r0)  # both paths verified
+    stuck = out[2].trace["rounds"]  # unusable revisions: generated (counted), not verified again
+    assert [r.get("unusable", False) for r in stuck] == [False, True, True]
+    assert stuck[0]["verifier_tokens"] > 0 and [r["verifier_tokens"] for r in stuck[1:]] == [0, 0]
+    assert sum(o.usage.verifier_tokens for o in out) == verifier.tokens_used
+
 def test_stepco_with_exact_verifier_corrects_a_wrong_path():
     rows = generate("test", 3, 0, WorldConfig(min_steps=2, max_steps=3))
     script = {}

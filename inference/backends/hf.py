@@ -27,6 +27,21 @@ class HFGenerator:
         model.to(device or ("cuda" if torch.cuda.is_available() else "cpu")).eval()
         return cls(model, tokenizer, batch_size=batch_size)
 
+    @property
+    def context_length(self) -> int | None:
+        """The most tokens (prompt and completion) the model takes, from its config; None when
+        the config states none."""
+        config = self.model.config
+        for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+            value = getattr(config, name, None)
+            if isinstance(value, int) and value > 0:
+                return value
+        return None
+
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        """Tokens of each text as `generate` encodes a prompt (no special tokens added)."""
+        return [len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+
     @torch.no_grad()
     def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
         tok = self.tokenizer

@@ -63,27 +63,59 @@ class Tracker:
 
     `owners[i]` names the problem (its index in the batch given to `run`) that prompt or path `i`
     is spent on. Verifier tokens of one batched `score` call are split over its paths in
-    proportion to the characters each path's text has; the total is exact.
+    proportion to the characters each path's text has; the total is exact. `last_path_tokens`
+    holds each path's share of the latest `score` call, so that a method can record the tokens of
+    each sample or round in its trace (a completion's own tokens are on the `Completion`).
+
+    The context check: a generator that states its `context_length` (and counts tokens with
+    `count_tokens`) never gets a prompt that cannot fit with `max_new_tokens` new tokens; such a
+    prompt is not run, its problem gets the flag `prompt_too_long` (`flags`), and the method sees
+    empty completions with finish reason `prompt_too_long`. `max_new_tokens` itself is capped to
+    the context minus one (`capped_to` records it).
     """
 
     def __init__(self, generator: Generator, verifier: Verifier | None, n_problems: int):
         self.generator = generator
         self.verifier = verifier
         self.usage = [Usage() for _ in range(n_problems)]
+        self.last_path_tokens: list[int] = []
+        self.flags: list[list[str]] = [[] for _ in range(n_problems)]
+        """Per problem: what the tracker itself refused to run (`prompt_too_long`)."""
+        self.capped_to: int | None = None
+        """The `max_new_tokens` a call was capped to, when one asked for more than the context."""
 
     def generate(self, owners: Sequence[int], prompts: Sequence[str], params: SamplingParams) -> list[list[Completion]]:
         if len(owners) != len(prompts):
             raise ValueError(f"{len(owners)} owners for {len(prompts)} prompts")
         if not prompts:
             return []
-        outputs = self.generator.generate(list(prompts), params)
-        for owner, completions in zip(owners, outputs):
+        fits, params = self._fit(prompts, params)
+        sent = [p for p, ok in zip(prompts, fits) if ok]
+        answers = iter(self.generator.generate(sent, params) if sent else [])
+        refused = [Completion("", 0, 0, "prompt_too_long") for _ in range(params.n)]
+        outputs = [next(answers) if ok else list(refused) for ok in fits]
+        for owner, ok in zip(owners, fits):
+            if not ok and "prompt_too_long" not in self.flags[owner]:
+                self.flags[owner].append("prompt_too_long")
+        for owner, completions, ok in zip(owners, outputs, fits):
             u = self.usage[owner]
-            u.llm_calls += len(completions)
+            u.llm_calls += len(completions) if ok else 0
             for c in completions:
                 u.prompt_tokens += c.prompt_tokens
                 u.completion_tokens += c.completion_tokens
         return outputs
+
+    def _fit(self, prompts: Sequence[str], params: SamplingParams) -> tuple[list[bool], SamplingParams]:
+        """Which prompts fit the generator's context with `params.max_new_tokens` (capped to the
+        context minus one) new tokens; all of them when the generator states no context."""
+        context = getattr(self.generator, "context_length", None)
+        if not context:
+            return [True] * len(prompts), params
+        if params.max_new_tokens > context - 1:
+            params = dataclasses.replace(params, max_new_tokens=max(1, context - 1))
+            self.capped_to = params.max_new_tokens
+        counts = self.generator.count_tokens(list(prompts))
+        return [n + params.max_new_tokens <= context for n in counts], params
 
     def score(self, owners: Sequence[int], questions: Sequence[str], paths: Sequence[Sequence[str]]) -> list[list[float]]:
         if self.verifier is None:
@@ -98,12 +130,26 @@ class Tracker:
         sizes = [len(layout(q, p).text) for q, p in zip(questions, paths)]
         total = sum(sizes) or 1
         assigned = 0
+        self.last_path_tokens = []
         for k, (owner, size) in enumerate(zip(owners, sizes)):
             share = spent - assigned if k == len(sizes) - 1 else round(spent * size / total)
             assigned += share
             self.usage[owner].verifier_tokens += share
             self.usage[owner].verifier_calls += 1
+            self.last_path_tokens.append(share)
         return scores
+
+
+SAMPLING_FIELDS = ("max_new_tokens", "temperature", "top_p", "n")
+
+
+def check_sampling_fields(config: Any) -> None:
+    """A method Config's sampling fields (those of `SAMPLING_FIELDS` it has) checked as
+    `SamplingParams` checks them, so a bad value (`n=0`, `max_new_tokens=-5`) is refused when the
+    Config is made, before any model is loaded, with a ValueError naming the field."""
+    for name in SAMPLING_FIELDS:
+        if hasattr(config, name):
+            SamplingParams(**{name: getattr(config, name)})
 
 
 def blind(problems: Sequence[Problem]) -> list[Problem]:
@@ -183,24 +229,32 @@ def majority_vote(answers: Sequence[str | None], kind: str = "number") -> tuple[
 
 
 def score_paths(
-    tracker: Tracker, owners: Sequence[int], questions: Sequence[str], paths: Sequence[Sequence[str]]
+    tracker: Tracker, owners: Sequence[int], questions: Sequence[str], paths: Sequence[Sequence[str]],
+    tokens: list[int] | None = None,
 ) -> list[list[float] | None]:
     """`tracker.score`, except that a path the verifier refuses (`VerifierInputError`: zero steps,
     longer than its context...) gets None instead of failing the batch. Zero-step paths are never
-    sent; when the batch is refused, its paths are scored one by one to find the bad ones."""
+    sent; when the batch is refused, its paths are scored one by one to find the bad ones.
+    `tokens`, when given, becomes the verifier tokens charged to each path (0 for one not scored)."""
     out: list[list[float] | None] = [None] * len(paths)
+    if tokens is not None:
+        tokens[:] = [0] * len(paths)
     sendable = [i for i, p in enumerate(paths) if len(p) > 0]
     if not sendable:
         return out
     try:
         scores = tracker.score([owners[i] for i in sendable], [questions[i] for i in sendable],
                                [paths[i] for i in sendable])
-        for i, s in zip(sendable, scores):
+        for i, s, spent in zip(sendable, scores, tracker.last_path_tokens):
             out[i] = s
+            if tokens is not None:
+                tokens[i] = spent
     except VerifierInputError:
         for i in sendable:
             try:
                 out[i] = tracker.score([owners[i]], [questions[i]], [paths[i]])[0]
+                if tokens is not None:
+                    tokens[i] = tracker.last_path_tokens[0]
             except VerifierInputError:
                 out[i] = None
     return out

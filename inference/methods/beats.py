@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inference.backends.base import Completion, SamplingParams
-from inference.methods.base import MethodOutput, Tracker, answer_key, score_paths
+from inference.methods.base import MethodOutput, Tracker, answer_key, check_sampling_fields, score_paths
 from reasoning.answers import extract_answer
 from reasoning.prompts import (
     ANS_CLOSE,
@@ -127,6 +127,7 @@ class Config:
     """How step scores become one path score: mean, min, prod or last."""
 
     def __post_init__(self) -> None:
+        check_sampling_fields(self)
         for name in ("max_new_tokens", "clarify_max_new_tokens", "verify_max_new_tokens", "max_depth", "branching"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -11,6 +11,9 @@ aggregation is defined). The highest aggregate wins, the first sample on a tie.
 A sample with no steps, or one the verifier refuses, cannot be scored: its score is None, it is
 never chosen, and it is counted as an 'unscorable' flag. When no sample of a problem can be scored
 the method falls back to a majority vote over the samples' answers (flag 'fallback_majority_vote').
+
+Each sample of the trace records its own prompt, completion and verifier tokens, so that
+Best-of-N at a smaller N can be read from the first N samples, tokens included.
 """
 
 from __future__ import annotations
@@ -18,7 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inference.backends.base import SamplingParams
-from inference.methods.base import MethodOutput, Tracker, completion_flags, majority_vote, score_paths
+from inference.methods.base import (
+    MethodOutput,
+    Tracker,
+    check_sampling_fields,
+    completion_flags,
+    majority_vote,
+    score_paths,
+)
 from reasoning.answers import extract_answer
 from reasoning.prompts import solve_prompt
 from reasoning.steps import split_steps
@@ -42,6 +52,7 @@ class Config:
     """Sampling seed passed to the generator."""
 
     def __post_init__(self) -> None:
+        check_sampling_fields(self)
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
 
@@ -65,9 +76,11 @@ def run(problems: list[Problem], tracker: Tracker, config: Config) -> list[Metho
                 paths.append(path.steps)
                 where.append((i, j))
         parsed.append(rows)
+    spent: list[int] = []
     step_scores: dict[tuple[int, int], list[float] | None] = dict(
-        zip(where, score_paths(tracker, owners, questions, paths))
+        zip(where, score_paths(tracker, owners, questions, paths, tokens=spent))
     )
+    verifier_tokens = dict(zip(where, spent))
 
     results = []
     for i, (problem, completions) in enumerate(zip(problems, outputs)):
@@ -83,7 +96,9 @@ def run(problems: list[Problem], tracker: Tracker, config: Config) -> list[Metho
             elif best_score is None or value > best_score:
                 best, best_score = j, value
             samples.append({"text": c.text, "answer": answer, "finish_reason": c.finish_reason,
-                            "step_scores": s, "score": value})
+                            "step_scores": s, "score": value, "prompt_tokens": c.prompt_tokens,
+                            "completion_tokens": c.completion_tokens,
+                            "verifier_tokens": verifier_tokens.get((i, j), 0)})
         trace = {"samples": samples, "aggregation": config.aggregation, "chosen": best, "chosen_by": "verifier"}
         if best is None:
             best, votes = majority_vote([a for _, a in parsed[i]], problem.answer_kind)

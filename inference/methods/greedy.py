@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inference.backends.base import SamplingParams
-from inference.methods.base import MethodOutput, Tracker, completion_flags
+from inference.methods.base import MethodOutput, Tracker, check_sampling_fields, completion_flags
 from reasoning.answers import extract_answer
 from reasoning.prompts import solve_prompt
 from reasoning.steps import split_steps
@@ -25,6 +25,9 @@ class Config:
     """Most tokens generated for a solution."""
     seed: int = 0
     """Passed to the generator (greedy decoding does not use it)."""
+
+    def __post_init__(self) -> None:
+        check_sampling_fields(self)
 
 
 def run(problems: list[Problem], tracker: Tracker, config: Config) -> list[MethodOutput]:

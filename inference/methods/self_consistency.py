@@ -7,7 +7,9 @@ sample with an extracted answer casts one vote under its normalised answer key
 (`inference.methods.base.answer_key`: "5", "5.0" and "$5" are one answer); samples without an
 answer do not vote. A tie goes to the answer seen first, so the result is deterministic given the
 samples. The prediction is the winning answer as its first sample wrote it, and the completion
-is that sample. All problems' samples come from one generator call.
+is that sample. All problems' samples come from one generator call. The trace records each
+sample's text, answer, finish reason and its own prompt and completion tokens, so that the
+method at a smaller N can be read from the first N samples, tokens included.
 """
 
 from __future__ import annotations
@@ -15,7 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inference.backends.base import SamplingParams
-from inference.methods.base import MethodOutput, Tracker, completion_flags, majority_vote
+from inference.methods.base import (
+    MethodOutput,
+    Tracker,
+    check_sampling_fields,
+    completion_flags,
+    majority_vote,
+)
 from reasoning.answers import extract_answer
 from reasoning.prompts import solve_prompt
 from reasoning.steps import split_steps
@@ -34,6 +42,9 @@ class Config:
     """Most tokens generated per sample."""
     seed: int = 0
     """Sampling seed passed to the generator."""
+
+    def __post_init__(self) -> None:
+        check_sampling_fields(self)
 
 
 def run(problems: list[Problem], tracker: Tracker, config: Config) -> list[MethodOutput]:
@@ -58,6 +69,8 @@ def run(problems: list[Problem], tracker: Tracker, config: Config) -> list[Metho
                 usage=tracker.usage[i],
                 trace={"samples": [c.text for c in completions], "answers": answers,
                        "finish_reasons": [c.finish_reason for c in completions],
+                       "prompt_tokens": [c.prompt_tokens for c in completions],
+                       "completion_tokens": [c.completion_tokens for c in completions],
                        "votes": votes, "chosen": winner},
                 flags=flags,
             )

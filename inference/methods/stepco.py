@@ -23,8 +23,10 @@ path. All problems' revisions of a round go to the generator in one call and the
 in one `score` call.
 
 Trace (`MethodOutput.trace`): `rounds`, one entry per path, each `{round, steps, scores,
-revised_index}` (`revised_index` is the 1-based step from which this path was regenerated, None
-for the initial path; `scores` None when the path was not verified); `stopped` (`accepted`,
+revised_index, prompt_tokens, completion_tokens, verifier_tokens}` (`revised_index` is the
+1-based step from which this path was regenerated, None for the initial path; `scores` None when
+the path was not verified; the tokens are those of the generation that wrote the path and of its
+verification, so the rounds' tokens add up to the problem's usage); `stopped` (`accepted`,
 `max_rounds`, `unverifiable`: the path has no steps, `unscorable`: the verifier refused it);
 `revisions`.
 
@@ -44,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from inference.backends.base import SamplingParams
-from inference.methods.base import MethodOutput, Tracker, completion_flags, score_paths
+from inference.methods.base import MethodOutput, Tracker, check_sampling_fields, completion_flags, score_paths
 from reasoning.answers import extract_answer
 from reasoning.prompts import revise_prompt, solve_prompt
 from reasoning.steps import prefix_text, split_steps
@@ -92,6 +94,7 @@ class LoopConfig(Protocol):
 
 
 def check_loop_config(config: LoopConfig) -> None:
+    check_sampling_fields(config)
     if config.revision not in REVISIONS:
         raise ValueError(f"revision must be one of {REVISIONS}, got {config.revision!r}")
     if config.max_rounds < 0:
@@ -142,7 +145,8 @@ def verify_and_revise(problems: list[Problem], tracker: Tracker, config: LoopCon
         path = split_steps(c.text)
         state = _State(steps=list(path.steps), text=c.text)
         state.flags += completion_flags(c, path, extract_answer(c.text, problem.answer_kind))
-        state.rounds.append({"round": 0, "steps": list(path.steps), "scores": None, "revised_index": None})
+        state.rounds.append({"round": 0, "steps": list(path.steps), "scores": None, "revised_index": None,
+                             **_generation_tokens(c)})
         if not path.steps:
             state.active, state.stopped = False, "unverifiable"
             state.flags.append("unverifiable")
@@ -154,10 +158,13 @@ def verify_and_revise(problems: list[Problem], tracker: Tracker, config: LoopCon
         # 1. verify every new path (one call for all problems)
         todo = [i for i, s in enumerate(states) if s.active and s.scores is None]
         if todo and (config.verify_final or not last):
-            scored = score_paths(tracker, todo, [problems[i].question for i in todo], [states[i].steps for i in todo])
-            for i, scores in zip(todo, scored):
+            spent: list[int] = []
+            scored = score_paths(tracker, todo, [problems[i].question for i in todo], [states[i].steps for i in todo],
+                                 tokens=spent)
+            for i, scores, tokens in zip(todo, scored, spent):
                 s = states[i]
                 s.rounds[-1]["scores"] = scores
+                s.rounds[-1]["verifier_tokens"] = tokens
                 if scores is None:
                     s.active, s.stopped = False, "unscorable"
                     s.flags.append("unscorable")
@@ -199,11 +206,12 @@ def verify_and_revise(problems: list[Problem], tracker: Tracker, config: LoopCon
             s.flags += completion_flags(c, new, extract_answer(text, kind))
             if new.steps:
                 s.steps, s.text, s.scores = kept + list(new.steps), text, None
-                s.rounds.append({"round": r + 1, "steps": list(s.steps), "scores": None, "revised_index": k})
+                s.rounds.append({"round": r + 1, "steps": list(s.steps), "scores": None, "revised_index": k,
+                                 **_generation_tokens(c)})
             else:
                 s.flags.append("revision_unusable")
                 s.rounds.append({"round": r + 1, "steps": list(s.steps), "scores": s.scores, "revised_index": k,
-                                 "unusable": True})
+                                 "unusable": True, **_generation_tokens(c)})
 
     results = []
     for i, (problem, s) in enumerate(zip(problems, states)):
@@ -219,6 +227,12 @@ def verify_and_revise(problems: list[Problem], tracker: Tracker, config: LoopCon
             )
         )
     return results
+
+
+def _generation_tokens(c) -> dict[str, int]:
+    """The tokens of the generation that wrote a round's path; its verification adds
+    `verifier_tokens` when the path is scored (0 until then)."""
+    return {"prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens, "verifier_tokens": 0}
 
 
 def run(problems: list[Problem], tracker: Tracker, config: Config) -> list[MethodOutput]:

@@ -1,0 +1,191 @@
+"""The run: artefacts trained or reused, θ calibrated, PPO runs and evaluations as jobs, then the
+summary, the report and the plot; and the plan a dry run prints."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from compare.analysis import answer_changes, cell_record, effects
+from compare.cache import CODE, artefacts, code_digest, methods_verifier_spec
+from compare.calibration import calibrate_stepco_threshold
+from compare.config import (
+    BUDGET_KEYS,
+    REFERENCE,
+    RESOLVED,
+    ROOT,
+    CompareConfig,
+    CompareError,
+    method_config,
+    plain,
+)
+from compare.curves import sample_curve, stepco_curve, token_sources
+from compare.evaluation import cells, eval_groups, evaluate_policy, load_eval_problems, read_cell
+from compare.jobs import Job, log, run_jobs
+from compare.plot import plot
+from compare.report import write_report
+from compare.train import build_ppo_inline, build_psv, build_sft, finish_ppo, ppo_command
+
+SCRIPT = ROOT / "scripts" / "compare.py"
+"""The entry point the evaluation subprocesses run (with --stage)."""
+
+
+def run(cfg: CompareConfig, out: Path, command: str = "") -> dict[str, Any]:
+    start = time.time()
+    out.mkdir(parents=True, exist_ok=True)
+    log_dir = out / "logs"
+    (out / RESOLVED).write_text(json.dumps(plain(cfg), indent=2) + "\n")
+    arts = artefacts(cfg)
+    status: dict[str, str] = {}
+    for art in arts.values():
+        if art.given:
+            if art.kind != "psv" and not Path(art.spec).exists() and cfg.eval.backend == "hf":
+                raise CompareError(f"{art.name}.path {art.spec}: no such directory")
+            status[art.name] = "given"
+        else:
+            status[art.name] = "reused" if art.complete() else "trained"
+            if art.complete():
+                log(f"{art.name}: reusing {art.dir}")
+                if art.marker().get("code") != code_digest(art.kind):
+                    status[art.name] = "reused (built with other code)"
+                    log(f"warning: {art.name} in {art.dir} was built by other (or unrecorded) versions of "
+                        f"{', '.join(CODE[art.kind])}; "
+                        "delete it, or set rebuild_on_code_change: true, to build it again")
+
+    # 1. SFT and PSV, one after the other (everything else depends on them)
+    t0 = time.time()
+    sft, psv = arts["sft"], arts["psv"]
+    from reasoning.threads import available_cores, torch_threads
+
+    # the SFT and PSV stages run alone: every core (this process keeps one thread otherwise)
+    with torch_threads(available_cores()) as cores:
+        log(f"sft and psv: {cores} torch threads")
+        if not sft.complete():
+            build_sft(cfg, sft, log_dir)
+        if not psv.complete():
+            build_psv(cfg, psv, sft.spec)
+        calibration = calibrate_stepco_threshold(cfg, arts, out)
+    if calibration is not None:
+        cfg.eval.methods["stepco"]["threshold"] = calibration["threshold"]
+        (out / RESOLVED).write_text(json.dumps(plain(cfg), indent=2) + "\n")  # what the stages read
+
+    # 2. PPO runs (side by side with workers > 1), then 3. the evaluation of every policy
+    jobs: list[Job] = []
+    for name in cfg.policies:
+        art = arts[name]
+        if name == "sft" or art.complete():
+            continue
+        log(f"{name}: to train (PPO, reward {cfg.ppo.runs[name].reward}) into {art.dir}")
+        jobs.append(Job(name=f"ppo_{name}", inline=lambda n=name: build_ppo_inline(cfg, n, arts, log_dir),
+                        command=ppo_command(cfg, name, arts), finish=lambda a=art: finish_ppo(a)))
+    train_jobs = [j.name for j in jobs]
+    groups = eval_groups(cfg, cfg.eval.dataset.startswith("world"), cfg.workers)
+    for name in cfg.policies:
+        dep = [f"ppo_{name}"] if f"ppo_{name}" in train_jobs else []
+        for k, group in enumerate(groups):
+            stage = f"eval:{name}" + (f":{'+'.join(group)}" if len(groups) > 1 else "")
+            cmd = [sys.executable, str(SCRIPT), "--stage", stage, "--resolved",
+                   str(out / RESOLVED), "--out", str(out)]
+            job_name = f"eval_{name}" + (f"_{k + 1}" if len(groups) > 1 else "")
+            jobs.append(Job(name=job_name, inline=lambda n=name, g=group: evaluate_policy(cfg, n, out, g),
+                            command=cmd, after=dep))
+    train_seconds = time.time() - t0
+    t1 = time.time()
+    run_jobs(jobs, cfg.workers, log_dir)
+    jobs_seconds = time.time() - t1
+
+    # 4. collect, analyse, report
+    from inference.evaluate import load_method
+
+    t2 = time.time()
+    problems_list, world_rows = load_eval_problems(cfg.eval, sft.spec)
+    problems = {p.id: p for p in problems_list}
+    table: dict[str, dict[str, Any]] = {}
+    results: dict[str, dict[str, list[dict]]] = {}
+    curves: dict[str, dict[str, Any]] = {}
+    changes: dict[str, dict[str, Any]] = {}
+    fingerprint = None
+    for policy in cfg.policies:
+        for label, method, options in cells(cfg, bool(world_rows)):
+            summary, rows = read_cell(out, policy, label)
+            if summary is None or not summary.get("complete"):
+                raise CompareError(f"{out / 'eval' / policy / label}: no complete evaluation")
+            fingerprint = fingerprint or summary.get("problems_fingerprint")
+            if summary.get("problems_fingerprint") != fingerprint:
+                raise CompareError(f"{policy}/{label}: evaluated on other problems than the other cells")
+            table.setdefault(policy, {})[label] = cell_record(summary)
+            results.setdefault(policy, {})[label] = rows
+            mcfg = method_config(load_method(method), options, cfg.eval.seed)
+            if method in ("self_consistency", "best_of_n"):
+                ns = sorted({n for n in cfg.eval.curve_n if n <= mcfg.n})
+                curves.setdefault(policy, {})[label] = sample_curve(rows, method, ns, problems)
+            elif method == "stepco":
+                curves.setdefault(policy, {})[label] = stepco_curve(rows, mcfg.max_rounds, problems)
+                changes.setdefault(policy, {})[label] = answer_changes(rows, problems)
+    effect_rows = effects(cfg, results)
+    artefact_info = {}
+    for name, art in arts.items():
+        if name not in ("sft", "psv") and name not in cfg.policies:
+            continue
+        marker = art.marker() if not art.given else {}
+        info = {k: v for k, v in marker.items() if k not in ("key", "kind", "name", "hash", "finished", "seconds")}
+        if art.kind == "ppo" and name in cfg.ppo.runs:
+            info["reward"] = cfg.ppo.runs[name].reward
+        artefact_info[name] = {"status": status[name], "spec": art.spec, "dir": str(art.dir),
+                               "hash": None if art.given else art.hash, "seconds": marker.get("seconds"), "info": info}
+    ppo_budget = None
+    if any(a.kind == "ppo" and not a.given for a in arts.values()):
+        a = cfg.ppo.args
+        ppo_budget = {k: a.get(k) for k in BUDGET_KEYS}
+        from rl.ppo_config import StepPPOConfig
+
+        defaults = {f.name: f.default for f in dataclasses.fields(StepPPOConfig)}
+        ppo_budget = {k: (v if v is not None else defaults.get(k)) for k, v in ppo_budget.items()}
+        ppo_budget["responses"] = ppo_budget["num_updates"] * ppo_budget["prompts_per_update"] * ppo_budget[
+            "samples_per_prompt"]
+    report_seconds = time.time() - t2
+    summary = {
+        "dataset": cfg.eval.dataset, "n_problems": len(problems_list), "problems_fingerprint": fingerprint,
+        "policies": cfg.policies, "methods": list(cfg.eval.methods),
+        "reference": REFERENCE if cfg.eval.reference_exact and world_rows and "stepco" in cfg.eval.methods else None,
+        "verifier": methods_verifier_spec(cfg, arts), "seed": cfg.eval.seed,
+        "stepco_threshold": calibration,
+        "budgets": {"same_problems_every_cell": True, "same_seeds_every_cell": True, "verifier_tokens_counted": True,
+                    "gold_at_inference": False},
+        "ppo_budget": ppo_budget,
+        "artefacts": artefact_info,
+        "table": table, "effects": effect_rows, "answer_changes": changes, "curves": curves,
+        "token_sources": token_sources(curves),
+        "stage_seconds": {"sft_psv_and_calibration": round(train_seconds, 1), "ppo_and_evaluation": round(jobs_seconds, 1),
+                          "report": round(report_seconds, 1)},
+        "total_wall_seconds": 0.0,
+        "command": command, "config": plain(cfg),
+    }
+    plot(out / "accuracy_vs_tokens.png", cfg, curves, table)
+    summary["total_wall_seconds"] = round(time.time() - start, 1)
+    tmp = out / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2) + "\n")
+    os.replace(tmp, out / "summary.json")
+    write_report(out / "report.md", summary, cfg)
+    log(f"done in {summary['total_wall_seconds']:.0f}s: {out / 'report.md'}, {out / 'summary.json'}, "
+        f"{out / 'accuracy_vs_tokens.png'}")
+    return summary
+
+
+def plan(cfg: CompareConfig) -> dict[str, Any]:
+    """What a run would do: every artefact (directory, reused or to build) and every cell."""
+    arts = artefacts(cfg)
+    world = cfg.eval.dataset.startswith("world")
+    return {
+        "artefacts": {name: {"spec": a.spec, "status": "given" if a.given else "reuse" if a.complete() else "build",
+                             "hash": None if a.given else a.hash} for name, a in arts.items()},
+        "policies": cfg.policies,
+        "cells": [label for label, _, _ in cells(cfg, world)],
+        "problems": {"dataset": cfg.eval.dataset, "n": cfg.eval.n_problems},
+        "workers": cfg.workers,
+    }

@@ -1,0 +1,145 @@
+"""The markdown report of a finished comparison, rendered from its summary (summary.json)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from compare.config import METHOD_NAMES, REFERENCE, RESOLVED, CompareConfig, policy_label
+
+
+def _fmt_ci(ci: Sequence[float] | None) -> str:
+    return f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "—"
+
+
+def _int(x: float) -> str:
+    return f"{int(round(x)):,}"
+
+
+def write_report(path: Path, s: dict[str, Any], cfg: CompareConfig) -> None:
+    ev = cfg.eval
+    L: list[str] = []
+    L.append("# Step-PPO × verify-then-revise: policies × inference methods\n")
+    L.append(f"Dataset **{ev.dataset}**, **{s['n_problems']} problems** (fingerprint `{s['problems_fingerprint']}`), "
+             f"backend `{ev.backend}`, verifier `{s['verifier']}`. Total wall time of this run "
+             f"{s['total_wall_seconds']:.0f} s (" + ", ".join(f"{k.replace('_', ' ')} {v:.0f} s"
+                                                         for k, v in s["stage_seconds"].items()) + ").\n")
+    L.append("**Budgets.** Every cell answers the same problems with the same seeds (method seed "
+             f"{ev.seed}; chunk c of {ev.chunk_size} problems runs with a seed derived from (seed, c)). Tokens count "
+             "generator prompt and completion tokens *and* verifier tokens (what the verifier read), per problem. "
+             "No method sees a gold answer at inference: the harness blinds the problems (no answer, no gold "
+             "steps, no world quantities) and grades afterwards. The one exception is the row labelled "
+             "*reference*, whose verifier is the world's exact step checker: an upper bound on what verify-then-"
+             "revise can do with a perfect verifier, not a method.\n")
+    ppo = s.get("ppo_budget")
+    if ppo:
+        L.append(f"**PPO budget** (the same for every PPO policy): {ppo['num_updates']} updates × "
+                 f"{ppo['prompts_per_update']} prompts × {ppo['samples_per_prompt']} samples = "
+                 f"{ppo['responses']:,} sampled responses from {ppo['n_prompts']} training prompts ({ppo['dataset']}), "
+                 f"response limit {ppo['max_new_tokens']} tokens, seed {ppo['seed']}; rewards from the same verifier.\n")
+    cal = s.get("stepco_threshold")
+    if cal and cal.get("fallback"):
+        L.append(f"**StepCo's threshold** θ = {cal['threshold']} as configured: calibration on "
+                 f"{cal['dev_paths']} world dev paths was not possible ({cal['fallback']}).\n")
+    elif cal:
+        L.append(f"**StepCo's threshold** θ = {cal['threshold']:.4f}, calibrated for earliest-error F1 "
+                 f"({cal['dev_f1']:.3f}) on the SFT policy's greedy paths of {cal['dev_paths']} world *dev* problems "
+                 "(not the test problems), labelled by the world's checker; the same θ for every policy "
+                 f"(configured: {cal['configured_threshold']}).\n")
+    L.append("## Artefacts\n")
+    L.append("| artefact | status | directory | build time (s) | notes |")
+    L.append("|---|---|---|---|---|")
+    for name, a in s["artefacts"].items():
+        notes = ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in a.get("info", {}).items()
+                          if k in ("greedy_accuracy", "paths", "updates", "reward", "train_seconds"))
+        secs = a.get("seconds")
+        L.append(f"| {name} | {a['status']} | `{a['spec']}` | {'' if secs is None else f'{secs:.0f}'} | {notes} |")
+    L.append("")
+    L.append("## Accuracy and cost\n")
+    L.append("Accuracy with its 95% bootstrap interval; tokens and calls are totals over all problems (per "
+             "problem in brackets); wall time is the method's own time (model loading excluded).\n")
+    L.append("| policy | method | accuracy | 95% CI | generator tokens (prompt + completion) | verifier tokens | "
+             "tokens / problem | LLM calls | wall s |")
+    L.append("|---|---|---|---|---|---|---|---|---|")
+    for policy in cfg.policies:
+        for label, c in s["table"].get(policy, {}).items():
+            mname = METHOD_NAMES.get(label, label)
+            if label == REFERENCE:
+                mname = f"*{mname}*"
+            L.append(f"| {policy_label(policy)} | {mname} | {c['accuracy']:.3f} | {_fmt_ci(c['accuracy_ci95'])} | "
+                     f"{_int(c['generator_tokens'])} ({_int(c['generator_prompt_tokens'])} + "
+                     f"{_int(c['generator_completion_tokens'])}) | {_int(c['verifier_tokens'])} | "
+                     f"{c['tokens_per_problem']:.0f} | {_int(c['llm_calls'])} ({c['llm_calls_per_problem']:.1f}) | "
+                     f"{c['method_seconds']:.1f} |")
+    L.append("")
+    eff = s["effects"]
+    if eff["headline"]:
+        L.append("## Effects (paired on the same problems)\n")
+        L.append("Accuracy difference and its 95% paired bootstrap interval (problems resampled once, both "
+                 "outcomes of each drawn problem kept); an interval that excludes 0 is a difference these problems "
+                 "resolve.\n")
+        L.append("| effect | from → to | Δ accuracy | 95% CI |")
+        L.append("|---|---|---|---|")
+        for e in eff["headline"]:
+            L.append(f"| {e['effect']} | {e['from']} → {e['to']} | {e['diff']:+.3f} | "
+                     f"[{e['ci95'][0]:+.3f}, {e['ci95'][1]:+.3f}] |")
+        L.append("")
+    if eff["by_method"]:
+        methods = list(cfg.eval.methods)
+        L.append("Policy against policy under each method (Δ accuracy [95% paired CI]):\n")
+        L.append("| comparison | " + " | ".join(METHOD_NAMES.get(m, m) for m in methods) + " |")
+        L.append("|---|" + "---|" * len(methods))
+        for what, row in eff["by_method"].items():
+            b, _, a = what.partition(" vs ")
+            cells_ = [f"{row[m]['diff']:+.3f} [{row[m]['ci95'][0]:+.3f}, {row[m]['ci95'][1]:+.3f}]" if m in row else "—"
+                      for m in methods]
+            L.append(f"| {policy_label(b)} vs {policy_label(a)} | " + " | ".join(cells_) + " |")
+        L.append("")
+    if s["answer_changes"]:
+        L.append("## StepCo's answer changes (its Figure 4)\n")
+        L.append("Between the initial path (round 0 of StepCo's trace, the policy's greedy path) and StepCo's final "
+                 "answer, graded against gold afterwards.\n")
+        L.append("| policy | verifier | correct → correct | incorrect → correct | correct → incorrect | "
+                 "incorrect → incorrect | revised | net |")
+        L.append("|---|---|---|---|---|---|---|---|")
+        for policy in cfg.policies:
+            for label, a in s["answer_changes"].get(policy, {}).items():
+                ver = ("exact checker (reference)" if label == REFERENCE else ev.verifier or
+                       ("PSV" if cfg.psv.combine_with is None else f"PSV {cfg.psv.combine_rule} {cfg.psv.combine_with}"))
+                L.append(f"| {policy_label(policy)} | {ver} | {a['correct_to_correct']} | {a['incorrect_to_correct']} | "
+                         f"{a['correct_to_incorrect']} | {a['incorrect_to_incorrect']} | {a['revised']} of {a['n']} | "
+                         f"{a['net_gain']:+d} |")
+        L.append("")
+    L.append("## Accuracy against tokens\n")
+    L.append("![accuracy vs tokens](accuracy_vs_tokens.png)\n")
+    L.append("One colour per policy, one marker per method. Self-consistency and Best-of-N at N = "
+             f"{', '.join(map(str, ev.curve_n))} come from **one run at N = max** per cell: the first N samples of "
+             "each problem are voted (self-consistency) or ranked by the verifier (Best-of-N, majority vote when "
+             "none of them could be scored) as the method does, and their tokens are those the first N samples "
+             "spent, read from the trace (each sample records its prompt, completion and verifier tokens). StepCo at "
+             "T = 1..max_rounds comes from **one run at T = max_rounds**: the answer after round t, and the tokens "
+             "of rounds 0..t, read from the trace (each round records the tokens of the generation that wrote its "
+             "path and of that path's verification). At N = max and T = max_rounds the points are the measured "
+             "totals. BEATS and greedy are single points.\n")
+    sources = s.get("token_sources") or {}
+    notes = [text for text in sources.values() if text.startswith("apportioned")]
+    if notes:
+        L.append("**Apportioned tokens** (cells evaluated before the traces recorded tokens per sample or per "
+                 "round; re-run them for read values): " + "; ".join(notes) + ".\n")
+    L.append("| policy | method | points (N or T: accuracy @ tokens/problem) |")
+    L.append("|---|---|---|")
+    for policy in cfg.policies:
+        for method, pts in s["curves"].get(policy, {}).items():
+            k = "n" if method in ("self_consistency", "best_of_n") else "t"
+            text = "; ".join(f"{'N' if k == 'n' else 'T'}={p[k]}: {p['accuracy']:.3f} @ {p['tokens_per_problem']:.0f}"
+                             for p in pts)
+            L.append(f"| {policy_label(policy)} | {METHOD_NAMES.get(method, method)} | {text} |")
+    L.append("")
+    L.append("## Reproduce\n")
+    L.append(f"```\n{s['command']}\n```\n")
+    L.append(f"The resolved config is `{RESOLVED}`; every cell's rows are in `eval/<policy>/<method>/results.jsonl`.\n")
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(L))
+    os.replace(tmp, path)
