@@ -116,6 +116,11 @@ class StepPPOConfig(TrainingArguments):
     save_steps: float = field(default=20, metadata={"help": "Checkpoint every N updates (0: only at the end)."})
     save_total_limit: int | None = field(default=2, metadata={"help": "Checkpoints kept."})
     logging_steps: float = field(default=1, metadata={"help": "Log every N updates."})
+    logging_dir: str | None = field(
+        default=None,
+        metadata={"help": "Directory of file-writing trackers (tensorboard); default OUTPUT_DIR/runs. The project is "
+                          "--project (else $WANDB_PROJECT, else steprl-ppo), the run --run_name (rl/tracking.py)."},
+    )
     greedy_eval_batch_size: int = field(default=100, metadata={"help": "Batch size of greedy evaluation."})
     bootstrap_resamples: int = field(default=2000, metadata={"help": "Resamples of the paired bootstrap."})
 

@@ -94,9 +94,10 @@ class StepPPOTrainer:
 
         config.validate()
         self.args = config
-        log_with = [r for r in _report_to(config.report_to)]
-        self.accelerator = Accelerator(log_with=log_with or None,
-                                       mixed_precision="bf16" if config.bf16 else "no")
+        from rl import tracking
+
+        self.accelerator = Accelerator(mixed_precision="bf16" if config.bf16 else "no",
+                                       **tracking.accelerator_kwargs(config))
         set_seed(config.seed)
         self.tokenizer = tokenizer
         if tokenizer.pad_token_id is None:
@@ -548,8 +549,9 @@ class StepPPOTrainer:
         elif self.accelerator.is_main_process and metrics_path.exists():
             metrics_path.unlink()
         if self.accelerator.is_main_process:
-            self.accelerator.init_trackers("steprl-ppo", config={k: v for k, v in vars(args).items()
-                                                                 if isinstance(v, int | float | str | bool)})
+            from rl import tracking
+
+            tracking.init_trackers(self.accelerator, args)
         before = None
         if self.eval_problems and self.accelerator.is_main_process:
             if before_path.exists() and ckpt is not None:
@@ -610,13 +612,6 @@ class StepPPOTrainer:
 
 def _add(stats: dict[str, list[float]], key: str, value: float) -> None:
     stats.setdefault(key, []).append(value)
-
-
-def _report_to(report_to) -> list[str]:
-    if report_to is None:
-        return []
-    items = [report_to] if isinstance(report_to, str) else list(report_to)
-    return [r for r in items if r not in ("none", "", None)]
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
