@@ -69,6 +69,11 @@ class StepPPOConfig(TrainingArguments):
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling of rollouts."})
     max_new_tokens: int = field(default=128, metadata={"help": "Response length limit."})
     rollout_backend: str = field(default="hf", metadata={"help": "hf (transformers generate) or vllm (GPU)."})
+    vllm_gpu_memory_utilization: float = field(
+        default=0.3,
+        metadata={"help": "rollout_backend=vllm: share of each GPU's memory the colocated vLLM engine takes "
+                          "(weights and KV cache), beside the training models."},
+    )
     generation_batch_size: int = field(default=128, metadata={"help": "Sequences per generate call."})
 
     # --- rewards ------------------------------------------------------------------------------

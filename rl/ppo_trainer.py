@@ -225,27 +225,34 @@ class StepPPOTrainer:
         return out
 
     def _generate_vllm(self, prompts: list[str]) -> list[list[int]]:
+        """Rollouts from a vLLM engine colocated in this process, with the policy's current weights.
+
+        The engine is built once from a saved copy of the policy (merged, so that vLLM sees a plain
+        model); before each rollout the current weights (LoRA merged in, base names) are pushed into
+        it (`inference.backends.vllm.sync_policy`, the V1 engine's `apply_model`)."""
         try:
             import vllm
         except ImportError as err:  # pragma: no cover - GPU extra
             raise ImportError("rollout_backend=vllm needs the vllm extra: pip install 'steprl[vllm]' "
                               "(GPU only)") from err
-        args = self.args
-        policy = self._unwrapped_policy()
+        from inference.backends.vllm import colocated_engine, save_for_vllm, sync_policy
+
+        args, tok = self.args, self.tokenizer
         if self.vllm_engine is None:  # pragma: no cover - GPU only
             staging = self.out / "vllm_policy"
-            if self.accelerator.is_local_main_process:
-                _save_policy(policy, self.tokenizer, staging)
+            with self._policy_for_generation() as policy:  # every rank: gathering ZeRO-3 shards is collective
+                if self.accelerator.is_local_main_process:
+                    save_for_vllm(policy, tok, staging)
             self.accelerator.wait_for_everyone()
-            self.vllm_engine = vllm.LLM(model=str(staging), enable_prefix_caching=True, gpu_memory_utilization=0.3,
-                                        seed=args.seed)
-        # Push the current weights into the engine before sampling (merged LoRA weights under peft).
-        state = _merged_state_dict(policy)  # pragma: no cover - GPU only
-        runner = self.vllm_engine.llm_engine.model_executor.driver_worker.model_runner  # pragma: no cover
-        runner.model.load_weights(state.items())  # pragma: no cover
+            self.vllm_engine = colocated_engine(str(staging), seed=args.seed + self.accelerator.process_index,
+                                                gpu_memory_utilization=args.vllm_gpu_memory_utilization)
+        with self._policy_for_generation() as policy:  # pragma: no cover - GPU only
+            sync_policy(self.vllm_engine, policy)
         params = vllm.SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_new_tokens)
-        outputs = self.vllm_engine.generate(prompts, params, use_tqdm=False)  # pragma: no cover
-        eos = self.tokenizer.eos_token_id
+        # token ids, as the hf path and the log-probabilities see the prompt (no special tokens added)
+        inputs = [{"prompt_token_ids": tok.encode(p, add_special_tokens=False)} for p in prompts]
+        outputs = self.vllm_engine.generate(inputs, params, use_tqdm=False)  # pragma: no cover
+        eos = tok.eos_token_id
         result = []
         for o in outputs:  # pragma: no cover
             ids = list(o.outputs[0].token_ids)
@@ -657,11 +664,3 @@ def _save_policy(policy, tokenizer, path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True)
     policy.save_pretrained(str(path))
     tokenizer.save_pretrained(str(path))
-
-
-def _merged_state_dict(policy) -> dict[str, torch.Tensor]:  # pragma: no cover - GPU only
-    if hasattr(policy, "merge_and_unload"):
-        import copy
-
-        return copy.deepcopy(policy).merge_and_unload().state_dict()
-    return policy.state_dict()

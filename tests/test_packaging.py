@@ -3,11 +3,11 @@
 import ast
 import importlib.util
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
 
+tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11's tomllib")
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 PACKAGES = ("reasoning", "reward_models", "rl", "inference")
