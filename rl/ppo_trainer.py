@@ -238,7 +238,7 @@ class StepPPOTrainer:
         from inference.backends.vllm import colocated_engine, save_for_vllm, sync_policy
 
         args, tok = self.args, self.tokenizer
-        if self.vllm_engine is None:  # pragma: no cover - GPU only
+        if self.vllm_engine is None:
             staging = self.out / "vllm_policy"
             with self._policy_for_generation() as policy:  # every rank: gathering ZeRO-3 shards is collective
                 if self.accelerator.is_local_main_process:
@@ -246,15 +246,15 @@ class StepPPOTrainer:
             self.accelerator.wait_for_everyone()
             self.vllm_engine = colocated_engine(str(staging), seed=args.seed + self.accelerator.process_index,
                                                 gpu_memory_utilization=args.vllm_gpu_memory_utilization)
-        with self._policy_for_generation() as policy:  # pragma: no cover - GPU only
+        with self._policy_for_generation() as policy:
             sync_policy(self.vllm_engine, policy)
         params = vllm.SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_new_tokens)
         # token ids, as the hf path and the log-probabilities see the prompt (no special tokens added)
         inputs = [{"prompt_token_ids": tok.encode(p, add_special_tokens=False)} for p in prompts]
-        outputs = self.vllm_engine.generate(inputs, params, use_tqdm=False)  # pragma: no cover
+        outputs = self.vllm_engine.generate(inputs, params, use_tqdm=False)
         eos = tok.eos_token_id
         result = []
-        for o in outputs:  # pragma: no cover
+        for o in outputs:
             ids = list(o.outputs[0].token_ids)
             if o.outputs[0].finish_reason == "stop" and (not ids or ids[-1] != eos):
                 ids.append(eos)
