@@ -488,8 +488,12 @@ MAX_NUMBER_DIGITS = 100
 """Longer numbers in a step are unparseable (a `format` error), not a crash of int()."""
 
 
+_NUMBER = rf"-?[0-9]{{1,{MAX_NUMBER_DIGITS}}}"
+_BINARY_RE = re.compile(rf"\s*({_NUMBER})\s*([-+*/])\s*({_NUMBER})\s*")
+
+
 def _parse_binary(expr: str) -> tuple[Fraction, str, Fraction] | None:
-    m = re.fullmatch(r"\s*(-?[0-9]{1,%d})\s*([-+*/])\s*(-?[0-9]{1,%d})\s*" % (MAX_NUMBER_DIGITS, MAX_NUMBER_DIGITS), expr)
+    m = _BINARY_RE.fullmatch(expr)
     if not m:
         return None
     return Fraction(int(m.group(1))), m.group(2), Fraction(int(m.group(3)))

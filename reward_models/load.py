@@ -133,14 +133,14 @@ def load_verifier(
         from reward_models.exact import ExactVerifier
 
         return ExactVerifier.from_rows(rows)
-    if spec.startswith("math-shepherd:"):
-        from reward_models.adapters import MathShepherdVerifier
+    if spec.startswith("math-shepherd:") or spec.startswith("token-prm:"):
+        from reward_models.adapters import MathShepherdVerifier, TokenClassificationPRMVerifier
 
-        return MathShepherdVerifier.from_pretrained(spec.split(":", 1)[1], batch_size=batch_size)
-    if spec.startswith("token-prm:"):
-        from reward_models.adapters import TokenClassificationPRMVerifier
-
-        return TokenClassificationPRMVerifier.from_pretrained(spec.split(":", 1)[1], batch_size=batch_size)
+        kind = MathShepherdVerifier if spec.startswith("math-shepherd:") else TokenClassificationPRMVerifier
+        verifier = kind.from_pretrained(spec.split(":", 1)[1], batch_size=batch_size)
+        if device is not None:  # e.g. the PPO process's GPU: a 7B PRM must not score on the CPU
+            verifier.model.to(device)
+        return verifier
     kind = psv_dir_kind(spec)
     if kind in ("lora", "full"):
         from reward_models.psv import PSVVerifier

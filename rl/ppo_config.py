@@ -79,6 +79,11 @@ class StepPPOConfig(TrainingArguments):
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling of rollouts."})
     max_new_tokens: int = field(default=128, metadata={"help": "Response length limit."})
     rollout_backend: str = field(default="hf", metadata={"help": "hf (transformers generate) or vllm (GPU)."})
+    vllm_gpu_memory_utilization: float = field(
+        default=0.3,
+        metadata={"help": "rollout_backend=vllm: share of each GPU's memory the colocated vLLM engine takes "
+                          "(weights and KV cache), beside the training models."},
+    )
     generation_batch_size: int = field(default=128, metadata={"help": "Sequences per generate call."})
 
     # --- rewards ------------------------------------------------------------------------------
@@ -138,6 +143,11 @@ class StepPPOConfig(TrainingArguments):
     save_steps: float = field(default=20, metadata={"help": "Checkpoint every N updates (0: only at the end)."})
     save_total_limit: int | None = field(default=2, metadata={"help": "Checkpoints kept."})
     logging_steps: float = field(default=1, metadata={"help": "Log every N updates."})
+    logging_dir: str | None = field(
+        default=None,
+        metadata={"help": "Directory of file-writing trackers (tensorboard); default OUTPUT_DIR/runs. The project is "
+                          "--project (else $WANDB_PROJECT, else steprl-ppo), the run --run_name (rl/tracking.py)."},
+    )
     greedy_eval_batch_size: int = field(default=100, metadata={"help": "Batch size of greedy evaluation."})
     bootstrap_resamples: int = field(default=2000, metadata={"help": "Resamples of the paired bootstrap."})
 

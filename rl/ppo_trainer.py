@@ -104,9 +104,10 @@ class StepPPOTrainer:
             for model in (policy, critic, ref_policy):
                 if model is not None:
                     disable_dropout_in_model(model)
-        log_with = [r for r in _report_to(config.report_to)]
-        self.accelerator = Accelerator(log_with=log_with or None,
-                                       mixed_precision="bf16" if config.bf16 else "no")
+        from rl import tracking
+
+        self.accelerator = Accelerator(mixed_precision="bf16" if config.bf16 else "no",
+                                       **tracking.accelerator_kwargs(config))
         set_seed(config.seed)
         self.tokenizer = tokenizer
         if tokenizer.pad_token_id is None:
@@ -236,29 +237,36 @@ class StepPPOTrainer:
         return out
 
     def _generate_vllm(self, prompts: list[str]) -> list[list[int]]:
+        """Rollouts from a vLLM engine colocated in this process, with the policy's current weights.
+
+        The engine is built once from a saved copy of the policy (merged, so that vLLM sees a plain
+        model); before each rollout the current weights (LoRA merged in, base names) are pushed into
+        it (`inference.backends.vllm.sync_policy`, the V1 engine's `apply_model`)."""
         try:
             import vllm
         except ImportError as err:  # pragma: no cover - GPU extra
             raise ImportError("rollout_backend=vllm needs the vllm extra: pip install 'steprl[vllm]' "
                               "(GPU only)") from err
-        args = self.args
-        policy = self._unwrapped_policy()
-        if self.vllm_engine is None:  # pragma: no cover - GPU only
+        from inference.backends.vllm import colocated_engine, save_for_vllm, sync_policy
+
+        args, tok = self.args, self.tokenizer
+        if self.vllm_engine is None:
             staging = self.out / "vllm_policy"
-            if self.accelerator.is_local_main_process:
-                _save_policy(policy, self.tokenizer, staging)
+            with self._policy_for_generation() as policy:  # every rank: gathering ZeRO-3 shards is collective
+                if self.accelerator.is_local_main_process:
+                    save_for_vllm(policy, tok, staging)
             self.accelerator.wait_for_everyone()
-            self.vllm_engine = vllm.LLM(model=str(staging), enable_prefix_caching=True, gpu_memory_utilization=0.3,
-                                        seed=args.seed)
-        # Push the current weights into the engine before sampling (merged LoRA weights under peft).
-        state = _merged_state_dict(policy)  # pragma: no cover - GPU only
-        runner = self.vllm_engine.llm_engine.model_executor.driver_worker.model_runner  # pragma: no cover
-        runner.model.load_weights(state.items())  # pragma: no cover
+            self.vllm_engine = colocated_engine(str(staging), seed=args.seed + self.accelerator.process_index,
+                                                gpu_memory_utilization=args.vllm_gpu_memory_utilization)
+        with self._policy_for_generation() as policy:
+            sync_policy(self.vllm_engine, policy)
         params = vllm.SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_new_tokens)
-        outputs = self.vllm_engine.generate(prompts, params, use_tqdm=False)  # pragma: no cover
-        eos = self.tokenizer.eos_token_id
+        # token ids, as the hf path and the log-probabilities see the prompt (no special tokens added)
+        inputs = [{"prompt_token_ids": tok.encode(p, add_special_tokens=False)} for p in prompts]
+        outputs = self.vllm_engine.generate(inputs, params, use_tqdm=False)
+        eos = tok.eos_token_id
         result = []
-        for o in outputs:  # pragma: no cover
+        for o in outputs:
             ids = list(o.outputs[0].token_ids)
             if o.outputs[0].finish_reason == "stop" and (not ids or ids[-1] != eos):
                 ids.append(eos)
@@ -620,8 +628,9 @@ class StepPPOTrainer:
         elif self.accelerator.is_main_process and metrics_path.exists():
             metrics_path.unlink()
         if self.accelerator.is_main_process:
-            self.accelerator.init_trackers("steprl-ppo", config={k: v for k, v in vars(args).items()
-                                                                 if isinstance(v, int | float | str | bool)})
+            from rl import tracking
+
+            tracking.init_trackers(self.accelerator, args)
         before = None
         if self.eval_problems and self.accelerator.is_main_process:
             if before_path.exists() and ckpt is not None:
@@ -701,13 +710,6 @@ def _add(stats: dict[str, list[float]], key: str, value: float) -> None:
     stats.setdefault(key, []).append(value)
 
 
-def _report_to(report_to) -> list[str]:
-    if report_to is None:
-        return []
-    items = [report_to] if isinstance(report_to, str) else list(report_to)
-    return [r for r in items if r not in ("none", "", None)]
-
-
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     with tmp.open("w") as fh:
@@ -751,11 +753,3 @@ def _save_policy(policy, tokenizer, path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True)
     policy.save_pretrained(str(path))
     tokenizer.save_pretrained(str(path))
-
-
-def _merged_state_dict(policy) -> dict[str, torch.Tensor]:  # pragma: no cover - GPU only
-    if hasattr(policy, "merge_and_unload"):
-        import copy
-
-        return copy.deepcopy(policy).merge_and_unload().state_dict()
-    return policy.state_dict()

@@ -13,12 +13,11 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from trl import SFTConfig
-
-from collections import Counter
 
 from reasoning.corpora import TASKS, build_corpus, parse_teacher_noise
 from reasoning.world import WorldConfig, generate, row_to_problem

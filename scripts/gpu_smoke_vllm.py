@@ -1,21 +1,28 @@
-"""GPU smoke check: the `vllm` backend against the `hf` backend under greedy decoding.
+"""GPU smoke checks of vLLM against transformers on one real model (SmolLM2-135M-Instruct by default).
 
-    python scripts/gpu_smoke_vllm.py [--policy DIR] [--n_prompts 16] [--dtype float32]
+    python scripts/gpu_smoke_vllm.py --policy DIR [--checks generate,throughput,sync] [--n_prompts 16]
 
-Without `--policy` it builds a tiny policy here (no Hub): a BPE tokenizer trained on world text
-and a small Llama trained for `--train_steps` steps on world solutions, saved to a temporary
-folder. It then generates greedily for `--n_prompts` world test prompts (`solve_prompt`) with
-`VLLMGenerator` and `HFGenerator`, twice (no stop string; stop at `</Step>`), and compares the
-completions field by field (text, prompt tokens, completion tokens, finish reason).
+Three checks, each printing one line `RESULT <name> <PASS|FAIL|SKIP> <seconds> <detail>` that
+`scripts/gpu_smoke.sh` puts in its table (names: `NAMES`):
 
-Passes when every prompt token count agrees and at least `--min_identical` (90%) of the
-completions are identical: two engines' kernels differ in the last bits, which can flip a greedy
-near-tie and the rest of that completion. Mismatches are printed. The last stdout line is
-`PASS ...`, `FAIL ...` or `SKIP: ...` (exit 0 for PASS and SKIP, 1 for FAIL), which
-`scripts/gpu_smoke.sh` reads.
+- `generate`: greedy completions of world prompts from the `vllm` backend (`VLLMGenerator`) and the
+  `hf` backend (`HFGenerator`), with and without a stop string, compared field by field (text,
+  prompt tokens, completion tokens, finish reason). Passes when every prompt token count agrees and
+  at least `--min_identical` (90%) of the completions are identical: two engines' kernels differ in
+  the last bits, which can flip a greedy near-tie and the rest of that completion.
+- `throughput`: rollout tokens per second, sampling `--samples` completions per prompt at
+  temperature 1 (the PPO rollout shape) with vLLM and with HF `generate`; the detail gives both and
+  their ratio. Passes when both produced tokens (a measurement, not a bar). vLLM runs eager
+  (`enforce_eager`: no CUDA graphs or torch.compile, so start-up fits the smoke's budget), which
+  understates its speed.
+- `sync`: the PPO weight sync (`inference.backends.vllm.sync_policy`) into a colocated engine
+  (`colocated_engine`): a LoRA adapter with non-zero weights is put on the policy, its merged weights
+  are pushed, and vLLM's greedy completions must then match HF's greedy completions of the adapted
+  policy (same 90% rule), while the engine's completions before the push match the base policy's.
 
-vLLM is run in float32 to match hf's default; if vLLM refuses float32, both engines run in
-bfloat16 instead (said on stderr and in the result line).
+The comparisons run both engines in `--dtype` (float32 by default, where greedy near-ties flip
+least); the throughput check runs bfloat16, the dtype of GPU rollouts. Exit status 0 when no
+check failed.
 """
 
 from __future__ import annotations
@@ -23,7 +30,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -31,121 +37,192 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-
-def build_policy(directory: str, train_steps: int, seed: int = 0, device: str = "cuda") -> None:
-    """A tiny tokenizer + Llama trained briefly on world solutions (so greedy outputs are peaked)."""
-    import torch
-
-    from reasoning.prompts import solve_prompt
-    from reasoning.steps import join_steps
-    from reasoning.tokenizer import train_tokenizer
-    from reasoning.world import generate
-    from rl.models import build_tiny_causal_lm
-
-    rows = generate("train", 4000, seed)
-    texts = [solve_prompt(r["question"]) + join_steps(r["steps"]) for r in rows]
-    tok = train_tokenizer(texts, vocab_size=512)
-    # head_dim 64: a size every vLLM attention backend supports.
-    model = build_tiny_causal_lm(tok, hidden_size=128, num_layers=2, num_heads=2, seed=seed).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    model.train()
-    batch = 64
-    for step in range(train_steps):
-        start = (step * batch) % len(texts)
-        enc = tok([t + tok.eos_token for t in texts[start : start + batch]], return_tensors="pt", padding=True,
-                  add_special_tokens=False).to(device)
-        labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
-        loss = model(**enc, labels=labels).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-    print(f"built a tiny policy: {sum(p.numel() for p in model.parameters())} parameters, {train_steps} steps, "
-          f"final loss {loss.item():.3f}" if train_steps else "built an untrained tiny policy", file=sys.stderr)
-    model.cpu().save_pretrained(directory)
-    tok.save_pretrained(directory)
+CHECKS = ("generate", "throughput", "sync")
+NAMES = {"generate": "vllm_vs_hf_greedy", "throughput": "rollout_tokens_per_s", "sync": "vllm_weight_sync_lora"}
+"""The name each check's result line carries (and the smoke table shows)."""
 
 
-def make_vllm(policy: str, dtype: str, args):
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--policy", required=True, help="a saved causal LM directory (save_pretrained)")
+    parser.add_argument("--checks", default=",".join(CHECKS), help=f"comma list of {', '.join(CHECKS)}")
+    parser.add_argument("--n_prompts", type=int, default=16, help="world prompts for generate and sync")
+    parser.add_argument("--max_new_tokens", type=int, default=96)
+    parser.add_argument("--throughput_prompts", type=int, default=64)
+    parser.add_argument("--samples", type=int, default=4, help="samples per prompt in the throughput check")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                        help="dtype of the generate and sync comparisons (throughput runs bfloat16)")
+    parser.add_argument("--gpu_memory_utilization", type=float, default=0.25)
+    parser.add_argument("--min_identical", type=float, default=0.9)
+    args = parser.parse_args(argv)
+    args.checks = [c.strip() for c in args.checks.split(",") if c.strip()]
+    unknown = sorted(set(args.checks) - set(CHECKS))
+    if unknown:
+        parser.error(f"--checks: unknown {', '.join(unknown)} (known: {', '.join(CHECKS)})")
+    return args
+
+
+def result(check: str, ok: bool | None, seconds: float, detail: str) -> bool:
+    """Print the check's result line; True unless it failed."""
+    status = "SKIP" if ok is None else "PASS" if ok else "FAIL"
+    print(f"RESULT {check} {status} {seconds:.0f} {detail}", flush=True)
+    return ok is not False
+
+
+def compare(got, want, label: str) -> tuple[int, int, int]:
+    """(identical, prompt token counts equal, total) over two engines' completions; prints mismatches."""
+    total = identical = prompt_equal = 0
+    for i, (a_row, b_row) in enumerate(zip(got, want)):
+        for a, b in zip(a_row, b_row):
+            total += 1
+            prompt_equal += a.prompt_tokens == b.prompt_tokens
+            if a == b:
+                identical += 1
+            else:
+                print(f"mismatch [{label}] prompt {i}:\n  vllm: {a}\n  hf:   {b}", file=sys.stderr)
+    return identical, prompt_equal, total
+
+
+def check_generate(args, prompts, torch_dtype) -> None:
+    from inference.backends.base import SamplingParams
+    from inference.backends.hf import HFGenerator
     from inference.backends.vllm import VLLMGenerator
 
-    return VLLMGenerator(policy, dtype=dtype, seed=0, gpu_memory_utilization=args.gpu_memory_utilization,
-                         enforce_eager=True)
+    t0 = time.time()
+    runs = {"no_stop": SamplingParams(max_new_tokens=args.max_new_tokens),
+            "stop": SamplingParams(max_new_tokens=args.max_new_tokens, stop=("</Step>",))}
+    engine = VLLMGenerator(args.policy, dtype=args.dtype, seed=0, gpu_memory_utilization=args.gpu_memory_utilization,
+                           enforce_eager=True)
+    got = {name: engine.generate(prompts, params) for name, params in runs.items()}
+    del engine
+    hf = HFGenerator.from_pretrained(args.policy, batch_size=64, device="cuda", dtype=torch_dtype)
+    want = {name: hf.generate(prompts, params) for name, params in runs.items()}
+    counts = [compare(got[n], want[n], n) for n in runs]
+    identical, prompt_equal, total = (sum(c[k] for c in counts) for k in range(3))
+    ok = prompt_equal == total and identical >= args.min_identical * total
+    return result(NAMES["generate"], ok, time.time() - t0,
+           f"{identical}/{total} identical, prompt tokens equal {prompt_equal}/{total}, {args.dtype}")
+
+
+def check_throughput(args, prompts, torch_dtype) -> None:
+    import torch
+
+    from inference.backends.base import SamplingParams
+    from inference.backends.hf import HFGenerator
+    from inference.backends.vllm import VLLMGenerator
+
+    t_start = time.time()
+    params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=1.0, n=args.samples, seed=0)
+    torch_dtype = torch.bfloat16
+    engine = VLLMGenerator(args.policy, dtype="bfloat16", seed=0, gpu_memory_utilization=args.gpu_memory_utilization,
+                           enforce_eager=True)
+    engine.generate(prompts[:2], params)  # warm-up
+    t0 = time.time()
+    out = engine.generate(prompts, params)
+    vllm_tps = sum(c.completion_tokens for row in out for c in row) / (time.time() - t0)
+    del engine
+    hf = HFGenerator.from_pretrained(args.policy, batch_size=len(prompts) * args.samples, device="cuda",
+                                     dtype=torch_dtype)
+    hf.generate(prompts[:2], params)
+    torch.cuda.synchronize()
+    t0 = time.time()
+    out = hf.generate(prompts, params)
+    torch.cuda.synchronize()
+    hf_tps = sum(c.completion_tokens for row in out for c in row) / (time.time() - t0)
+    ok = vllm_tps > 0 and hf_tps > 0
+    return result(NAMES["throughput"], ok, time.time() - t_start,
+           f"vllm {vllm_tps:.0f} tok/s (eager), hf generate {hf_tps:.0f} tok/s, ratio {vllm_tps / max(hf_tps, 1e-9):.1f}x "
+           f"({len(prompts)} prompts x {args.samples} samples, <= {args.max_new_tokens} tokens)")
+
+
+def check_sync(args, prompts, torch_dtype) -> None:
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from inference.backends.base import SamplingParams
+    from inference.backends.hf import HFGenerator
+    from inference.backends.vllm import colocated_engine, completions_from_output, save_for_vllm, sync_policy
+
+    t0 = time.time()
+    tok = AutoTokenizer.from_pretrained(args.policy)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    base = AutoModelForCausalLM.from_pretrained(args.policy, dtype=torch_dtype).to("cuda")
+    torch.manual_seed(0)
+    policy = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", init_lora_weights=False))
+    with torch.no_grad():  # a visible but not destructive change: small adapter weights
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.mul_(0.2)
+    staged = Path(args.work) / "sync_staged"
+    with policy.disable_adapter():
+        save_for_vllm(policy, tok, staged)  # the engine starts from the base weights
+    llm = colocated_engine(str(staged), seed=0, dtype=args.dtype, gpu_memory_utilization=args.gpu_memory_utilization,
+                           enforce_eager=True)
+    greedy = SamplingParams(max_new_tokens=args.max_new_tokens)
+    import vllm
+
+    vparams = vllm.SamplingParams(temperature=0.0, max_tokens=args.max_new_tokens)
+
+    def engine_greedy():
+        inputs = [{"prompt_token_ids": tok.encode(p, add_special_tokens=False)} for p in prompts]
+        return [completions_from_output(o, greedy) for o in llm.generate(inputs, vparams, use_tqdm=False)]
+
+    def hf_greedy(model):
+        gen = HFGenerator(model, tok, batch_size=64)
+        return gen.generate(prompts, greedy)
+
+    before = engine_greedy()
+    with policy.disable_adapter():
+        base_out = hf_greedy(policy)
+    pushed = sync_policy(llm, policy)
+    after = engine_greedy()
+    adapted_out = hf_greedy(policy)
+    same_before, _, total = compare(before, base_out, "sync: before push vs hf base")
+    same_after, _, _ = compare(after, adapted_out, "sync: after push vs hf adapted")
+    changed = sum(a != b for ra, rb in zip(base_out, adapted_out) for a, b in zip(ra, rb))
+    ok = same_before >= args.min_identical * total and same_after >= args.min_identical * total and changed > 0
+    return result(NAMES["sync"], ok, time.time() - t0,
+           f"{pushed} tensors pushed; engine=hf before {same_before}/{total}, after {same_after}/{total}; "
+           f"adapter changed {changed}/{total} hf completions")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--policy", help="a saved policy directory; default: build a tiny one here")
-    parser.add_argument("--n_prompts", type=int, default=16)
-    parser.add_argument("--max_new_tokens", type=int, default=96)
-    parser.add_argument("--train_steps", type=int, default=300, help="training steps of the built policy")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--gpu_memory_utilization", type=float, default=0.3)
-    parser.add_argument("--min_identical", type=float, default=0.9)
-    args = parser.parse_args(argv)
+    args = parse_args(argv)
+    import tempfile
 
     import torch
 
     if not torch.cuda.is_available():
-        print("SKIP: no GPU")
+        for check in args.checks:
+            result(NAMES[check], None, 0, "no GPU")
         return 0
     if importlib.util.find_spec("vllm") is None:
-        print("SKIP: vllm not installed (pip install 'steprl[vllm]')")
+        for check in args.checks:
+            result(NAMES[check], None, 0, "vllm not installed (pip install 'steprl[vllm]')")
         return 0
-
-    from inference.backends.base import SamplingParams
-    from inference.backends.hf import HFGenerator
     from reasoning.prompts import solve_prompt
     from reasoning.world import generate, world_config_of
 
-    tmp = None
-    policy = args.policy
-    if policy is None:
-        tmp = tempfile.TemporaryDirectory(prefix="smoke_vllm_")
-        policy = tmp.name
-        build_policy(policy, args.train_steps)
-    rows = generate("test", args.n_prompts, 0, world_config_of(policy))
+    torch_dtype = getattr(torch, args.dtype)
+    rows = generate("test", max(args.n_prompts, args.throughput_prompts), 0, world_config_of(args.policy))
     prompts = [solve_prompt(r["question"]) for r in rows]
-    runs = {"no_stop": SamplingParams(max_new_tokens=args.max_new_tokens),
-            "stop": SamplingParams(max_new_tokens=args.max_new_tokens, stop=("</Step>",))}
-
-    dtype = args.dtype
-    t0 = time.time()
-    try:
-        vllm_gen = make_vllm(policy, dtype, args)
-    except Exception as err:  # noqa: BLE001 - vLLM builds without float32 kernels say so at start-up
-        if dtype != "float32":
-            raise
-        print(f"vLLM refused float32 ({type(err).__name__}: {str(err)[:200]}); both engines use bfloat16",
-              file=sys.stderr)
-        dtype = "bfloat16"
-        vllm_gen = make_vllm(policy, dtype, args)
-    t_start = time.time() - t0
-    t0 = time.time()
-    got = {name: vllm_gen.generate(prompts, params) for name, params in runs.items()}
-    t_vllm = time.time() - t0
-    hf_gen = HFGenerator.from_pretrained(policy, batch_size=64, device="cuda", dtype=getattr(torch, dtype))
-    t0 = time.time()
-    want = {name: hf_gen.generate(prompts, params) for name, params in runs.items()}
-    t_hf = time.time() - t0
-
-    total = identical = prompt_equal = 0
-    for name in runs:
-        for i, (a_row, b_row) in enumerate(zip(got[name], want[name])):
-            for a, b in zip(a_row, b_row):
-                total += 1
-                prompt_equal += a.prompt_tokens == b.prompt_tokens
-                if a == b:
-                    identical += 1
-                else:
-                    print(f"mismatch [{name}] prompt {i}:\n  vllm: {a}\n  hf:   {b}")
-    frac = identical / max(total, 1)
-    ok = prompt_equal == total and frac >= args.min_identical
-    print(f"{'PASS' if ok else 'FAIL'}  {identical}/{total} completions identical ({frac:.1%}), prompt tokens "
-          f"equal {prompt_equal}/{total}, dtype {dtype}, vllm start {t_start:.0f}s gen {t_vllm:.1f}s, "
-          f"hf gen {t_hf:.1f}s")
-    if tmp is not None:
-        tmp.cleanup()
-    return 0 if ok else 1
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="smoke_vllm_") as work:
+        args.work = work
+        for check, fn in (("generate", check_generate), ("throughput", check_throughput), ("sync", check_sync)):
+            if check not in args.checks:
+                continue
+            t0 = time.time()
+            n = args.throughput_prompts if check == "throughput" else args.n_prompts
+            try:
+                failed += not fn(args, prompts[:n], torch_dtype)
+            except Exception as err:  # noqa: BLE001 - one failed check must not hide the others
+                failed += 1
+                result(NAMES[check], False, time.time() - t0, f"{type(err).__name__}: {str(err)[:200]}")
+            torch.cuda.empty_cache()
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

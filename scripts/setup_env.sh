@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Creates .venv (if needed) with the toolkit and its test tools installed.
 # On a CPU machine torch comes from torch==2.13.0 (a local CPU wheel where the machine ships one);
-# the constraints file keeps every later install from replacing it with a multi-GB CUDA build.
+# constraints.txt (at the repository root) keeps every later install from replacing it with a
+# multi-GB CUDA build, and keeps transformers, trl, peft and accelerate on the tested versions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -10,8 +11,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 . .venv/bin/activate
 python -m pip install -q --upgrade pip
-echo "torch==2.13.0" > .venv/constraints.txt
 if ! python -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null; then
-  python -m pip install -q "torch==2.13.0"
+  python -m pip install -q -c constraints.txt "torch==2.13.0"
 fi
-python -m pip install -q -c .venv/constraints.txt -e ".[dev]"
+python -m pip install -q -c constraints.txt -e ".[dev]"

@@ -86,3 +86,8 @@ def test_load_verifier_names_the_adapters(world, tmp_path):
     tok.save_pretrained(tmp_path / "tc")
     assert isinstance(load_verifier(f"math-shepherd:{tmp_path / 'ms'}"), MathShepherdVerifier)
     assert isinstance(load_verifier(f"token-prm:{tmp_path / 'tc'}"), TokenClassificationPRMVerifier)
+    # the PPO script passes its process's device: a third-party PRM goes there, not left on the CPU
+    on_meta = load_verifier(f"math-shepherd:{tmp_path / 'ms'}", device="meta")
+    assert next(on_meta.model.parameters()).device.type == "meta"
+    on_meta = load_verifier(f"token-prm:{tmp_path / 'tc'}", device="meta")
+    assert next(on_meta.model.parameters()).device.type == "meta"

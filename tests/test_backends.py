@@ -372,3 +372,41 @@ def test_serve_cli(model_dir, monkeypatch):
         ((c,),) = gen.generate(["Question: Ava has 3 apples."], SamplingParams(max_new_tokens=5))
     assert 1 <= c.completion_tokens <= 5 and c.prompt_tokens > 3
     assert serve.main(["--port", "0"]) == 2
+
+
+def test_a_server_that_ignores_n_gets_one_request_per_sample():
+    """`transformers serve` answers one choice whatever `n` says: the rest are asked for one by one."""
+    bodies = []
+
+    class OneChoice(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            bodies.append(body)
+            answer = {"choices": [{"index": 0, "text": f"sample seed={body.get('seed')}", "finish_reason": "stop"}],
+                      "usage": {"prompt_tokens": 4, "completion_tokens": 2}}
+            data = json.dumps(answer).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), OneChoice)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        gen = OpenAICompatGenerator(model=NAME, base_url=f"http://127.0.0.1:{httpd.server_address[1]}/v1",
+                                    max_concurrency=1, **FAST)
+        out = gen.generate(["a", "b"], SamplingParams(max_new_tokens=2, temperature=1.0, n=4, seed=7))
+        assert [len(row) for row in out] == [4, 4]
+        assert [c.text for c in out[0]] == [f"sample seed={s}" for s in (7, 8, 9, 10)]
+        assert all((c.prompt_tokens, c.completion_tokens) == (4, 2) for row in out for c in row)
+        # the first prompt asks for n=4 once, then 3 single requests; the second goes one by one at once
+        assert [(b["prompt"], b["n"]) for b in bodies] == [("a", 4)] + [("a", 1)] * 3 + [("b", 1)] * 4
+        assert gen.stats["n_ignored"] == 1 and gen.stats["requests"] == 8
+        unseeded = gen.generate(["c"], SamplingParams(max_new_tokens=2, temperature=1.0, n=2))
+        assert len(unseeded[0]) == 2 and all("seed" not in b for b in bodies[-2:])
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -5,9 +5,14 @@ and hosted APIs that still offer text completions. Our prompts are plain text, s
 endpoint is never used.
 
 One HTTP request per prompt (its `n` completions come back as `n` choices), up to
-`max_concurrency` requests in flight. Connection errors, timeouts, 408, 429 and 5xx answers are
-retried with exponential backoff and jitter (honouring `Retry-After`); other 4xx answers are not.
-After the last attempt an `OpenAICompatError` says what went wrong.
+`max_concurrency` requests in flight. Some servers ignore `n` (`transformers serve` answers one
+choice whatever `n` says): when an answer has fewer choices than asked, the missing ones are asked
+for one request each (`n=1`; with a `seed`, request j uses `seed + j` so that the samples differ),
+and from then on this generator asks such a server for one choice per request
+(`stats["n_ignored"]` counts the prompts where that happened).
+
+Connection errors, timeouts, 408, 429 and 5xx answers are retried with exponential backoff and
+jitter (honouring `Retry-After`); other 4xx answers are not. After the last attempt an `OpenAICompatError` says what went wrong.
 
 How the server's answer becomes our `Completion`:
 
@@ -41,7 +46,7 @@ import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -118,8 +123,12 @@ class OpenAICompatGenerator:
                                 max_keepalive_connections=config.max_concurrency),
         )
         self._lock = threading.Lock()
-        self.stats = {"requests": 0, "retries": 0, "stop_guessed": 0, "stop_unknown": 0, "usage_missing": 0}
-        """Counters: HTTP attempts, retries, stop strings guessed / left unknown, answers without usage."""
+        self.stats = {"requests": 0, "retries": 0, "stop_guessed": 0, "stop_unknown": 0, "usage_missing": 0,
+                      "n_ignored": 0}
+        """Counters: HTTP attempts, retries, stop strings guessed / left unknown, answers without usage,
+        prompts whose server answered fewer than `n` choices."""
+        self._one_choice_per_request = False
+        """Set once the server has ignored `n`: later prompts send `n=1` requests from the start."""
 
     def __repr__(self) -> str:
         auth = "set" if self._api_key else "none"
@@ -180,8 +189,28 @@ class OpenAICompatGenerator:
         return body
 
     def _complete(self, prompt: str, params: SamplingParams) -> list[Completion]:
+        if params.n > 1 and self._one_choice_per_request:
+            return self._one_by_one(prompt, params, 0)
         data = self._request("POST", self._url, self._body(prompt, params))
+        choices = data.get("choices")
+        if params.n > 1 and isinstance(choices, list) and 0 < len(choices) < params.n:
+            with self._lock:
+                self.stats["n_ignored"] += 1
+                if not self._one_choice_per_request:
+                    logger.warning("%s answered %d choice(s) for n=%d: asking for the rest one request each",
+                                   self._url, len(choices), params.n)
+                self._one_choice_per_request = True
+            got = self._parse(data, replace(params, n=len(choices)))
+            return got + self._one_by_one(prompt, params, len(choices))
         return self._parse(data, params)
+
+    def _one_by_one(self, prompt: str, params: SamplingParams, start: int) -> list[Completion]:
+        """Completions `start` .. `n - 1` of a prompt, one `n=1` request each (seed + j with a seed)."""
+        out: list[Completion] = []
+        for j in range(start, params.n):
+            one = replace(params, n=1, seed=None if params.seed is None else params.seed + j)
+            out += self._parse(self._request("POST", self._url, self._body(prompt, one)), one)
+        return out
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}

@@ -16,6 +16,8 @@ Matching the other backends:
 
 from __future__ import annotations
 
+import os
+from contextlib import contextmanager
 from typing import Any
 
 from inference.backends.base import Completion, SamplingParams, cut_at_stop
@@ -103,3 +105,174 @@ def completions_from_output(request_output: Any, params: SamplingParams) -> list
         reason = "length" if (o.finish_reason == "length" and not stopped) else "stop"
         out.append(Completion(text, prompt_tokens, len(o.token_ids), reason))
     return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Colocated engines and weight sync (PPO rollouts with the policy being trained).
+#
+# vllm 0.31 runs only the V1 engine. Checked against the vllm==0.31.0 wheel:
+# - `vllm/entrypoints/llm.py: LLM.apply_model(func)` -> `vllm/v1/engine/llm_engine.py:
+#   LLMEngine.apply_model` -> `LLMEngine.collective_rpc("apply_model", args=(func,))` ->
+#   `vllm/v1/engine/core_client.py: InprocClient.collective_rpc` -> `vllm/v1/engine/core.py:
+#   EngineCore.collective_rpc` -> `vllm/v1/executor/uniproc_executor.py: UniProcExecutor.collective_rpc`
+#   -> `vllm/v1/serial_utils.py: run_method(driver_worker, "apply_model", ...)` ->
+#   `vllm/v1/worker/worker_base.py: WorkerBase.apply_model(fn)` = `fn(self.get_model())`, with
+#   `vllm/v1/worker/gpu_worker.py: Worker.get_model` -> `vllm/v1/worker/gpu_model_runner.py:
+#   GPUModelRunner.get_model` (the nn.Module, CUDA-graph wrappers removed).
+# - The model's `load_weights(iterable of (name, tensor))` takes Hugging Face checkpoint names and
+#   fuses them itself (`vllm/model_executor/models/llama.py: LlamaForCausalLM.load_weights`: q/k/v
+#   into qkv_proj, gate/up into gate_up_proj; a tied lm_head is skipped).
+# - In-process only: `LLMEngine.__init__` keeps the engine core in this process (InprocClient, and
+#   `llm_engine.model_executor` "for v0 compatibility") only when `VLLM_ENABLE_V1_MULTIPROCESSING=0`
+#   (`vllm/envs.py`, default 1). With it on, `SyncMPClient.collective_rpc` pickles the function
+#   and its tensors to another process; `ExecutorWithExternalLauncher._init_executor` asserts it
+#   is off. The old V0 path `llm_engine.model_executor.driver_worker.model_runner.model` is gone.
+# - `LLM.reset_prefix_cache()`: cached KV blocks were computed with the old weights.
+# `GPUModelRunner.reload_weights(weights_iterator=...)` (a worker RPC) is the alternative for
+# quantized engines, whose loaders post-process weights layer by layer; a bf16 engine needs none.
+
+
+def colocated_engine(model: str, *, seed: int = 0, gpu_memory_utilization: float = 0.3, dtype: str = "auto",
+                     enable_prefix_caching: bool = True, **engine_kwargs: Any):
+    """A `vllm.LLM` whose engine core and model live in this process, ready for `push_weights`.
+
+    Sets `VLLM_ENABLE_V1_MULTIPROCESSING=0` (this process's environment) before building it. Under
+    `torch.distributed` (`accelerate launch` with several processes) each rank builds its own
+    tensor-parallel-1 engine with `distributed_executor_backend="external_launcher"`, which reads
+    RANK / LOCAL_RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT as accelerate sets them.
+    """
+    vllm = _import_vllm()
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    try:
+        import torch.distributed as dist
+
+        distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    except ImportError:  # pragma: no cover - torch is a dependency
+        distributed = False
+    if distributed:
+        engine_kwargs.setdefault("distributed_executor_backend", "external_launcher")
+    return vllm.LLM(model=model, seed=seed, dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
+                    enable_prefix_caching=enable_prefix_caching, **engine_kwargs)
+
+
+def vllm_weight_name(name: str, prefix: str = "lora_", active: set[str] | None = None) -> str | None:
+    """A policy parameter's name as the base model's checkpoint names it (what vLLM loads), or None.
+
+    PEFT wraps the model (`base_model.model.`), moves a LoRA-wrapped layer's own weight to
+    `<layer>.base_layer.weight` and keeps a `modules_to_save` layer's trained copy at
+    `<layer>.modules_to_save.<adapter>.weight` beside `<layer>.original_module.weight`. The
+    adapter's own tensors (`lora_A`, `lora_B`, ...), the untrained originals and the
+    `modules_to_save` copies of adapters outside `active` (when given) have no base name.
+    """
+    name = name.removeprefix("base_model.model.")
+    parts = name.split(".")
+    if "original_module" in parts or any(p.startswith(prefix) for p in parts):
+        return None
+    if "modules_to_save" in parts:
+        i = parts.index("modules_to_save")
+        if active is not None and parts[i + 1] not in active:
+            return None
+        parts = parts[:i] + parts[i + 2:]  # drop "modules_to_save.<adapter>"
+    return ".".join(p for p in parts if p != "base_layer")
+
+
+def _is_lora_layer(module) -> bool:
+    return hasattr(module, "base_layer") and hasattr(module, "get_delta_weight") and hasattr(module, "lora_A")
+
+
+def merged_weights(policy) -> list[tuple[str, Any]]:
+    """The policy's weights under base-model names, with active LoRA adapters merged in.
+
+    A plain model gives its parameters (detached, not copied). Under PEFT each LoRA-wrapped
+    weight comes out as `base + delta` in a new tensor (`get_delta_weight` of each active adapter,
+    which holds the scaling and fan-in/fan-out layout), so the model itself is never merged and
+    its frozen base weights are not rounded by a merge/unmerge in bf16. Layers with a variant that
+    is not a plain sum (DoRA) are merged with `merge_adapter()` for the read and unmerged after:
+    see `merged_weights_context`. Gather ZeRO-3 shards before calling (the trainer does).
+    """
+    import torch
+
+    prefix = getattr(getattr(policy, "base_model", None), "prefix", "lora_")
+    active = set(policy.active_adapters) if hasattr(policy, "peft_config") and hasattr(policy, "merge_adapter") else None
+    modules = dict(policy.named_modules())
+    out = []
+    with torch.no_grad():
+        for name, param in policy.named_parameters():
+            base = vllm_weight_name(name, prefix, active)
+            if base is None:
+                continue
+            value = param.detach()
+            owner, _, leaf = name.rpartition(".base_layer.")
+            layer = modules.get(owner) if leaf == "weight" else None
+            if layer is not None and _is_lora_layer(layer) and not layer.merged and not layer.disable_adapters:
+                for adapter in layer.active_adapters:
+                    if adapter in layer.lora_A:
+                        value = value + layer.get_delta_weight(adapter).to(value.dtype)
+            out.append((base, value))
+    return out
+
+
+def _needs_real_merge(policy) -> bool:
+    """LoRA variants whose merged weight is not base + delta (DoRA's magnitude vector)."""
+    for module in policy.modules():
+        if _is_lora_layer(module) and any(bool(getattr(module, "use_dora", {}).get(a)) for a in module.active_adapters):
+            return True
+    return False
+
+
+@contextmanager
+def merged_weights_context(policy):
+    """`merged_weights(policy)` for the duration of the block; a DoRA policy is merged in place
+    (`merge_adapter`) while the block runs and unmerged (`unmerge_adapter`) when it ends."""
+    if hasattr(policy, "merge_adapter") and _needs_real_merge(policy):
+        policy.merge_adapter()
+        try:
+            yield merged_weights(policy)
+        finally:
+            policy.unmerge_adapter()
+    else:
+        yield merged_weights(policy)
+
+
+def save_for_vllm(policy, tokenizer, directory) -> None:
+    """A directory vLLM can start from: the base config, the tokenizer and `merged_weights(policy)`
+    as one safetensors file under base-model names (an adapter directory is not a model to vLLM)."""
+    from pathlib import Path
+
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    policy.config.save_pretrained(str(directory))
+    tokenizer.save_pretrained(str(directory))
+    with merged_weights_context(policy) as weights:
+        save_file({name: t.detach().to("cpu").contiguous() for name, t in weights},
+                  str(directory / "model.safetensors"), metadata={"format": "pt"})
+
+
+def push_weights(llm, weights) -> int:
+    """Load `(name, tensor)` pairs into a colocated V1 engine's model and drop its prefix cache.
+
+    `llm` must come from `colocated_engine` (or any `vllm.LLM` built with
+    `VLLM_ENABLE_V1_MULTIPROCESSING=0`): the tensors are handed to the model in this process, not
+    pickled to another. Returns the number of tensors pushed.
+    """
+    weights = list(weights)
+    if getattr(llm.llm_engine, "model_executor", None) is None:
+        raise RuntimeError(
+            "this vLLM engine runs its engine core in another process, so weights cannot be pushed into "
+            "it; build it with inference.backends.vllm.colocated_engine (VLLM_ENABLE_V1_MULTIPROCESSING=0)")
+
+    def load(model):
+        model.load_weights(weights)
+        return None  # nothing large comes back over the RPC
+
+    llm.apply_model(load)
+    llm.reset_prefix_cache()
+    return len(weights)
+
+
+def sync_policy(llm, policy) -> int:
+    """Push the policy's current weights (LoRA merged, base names) into a colocated engine."""
+    with merged_weights_context(policy) as weights:
+        return push_weights(llm, weights)
