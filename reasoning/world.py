@@ -178,6 +178,18 @@ def _fmt(value: Fraction | int) -> str:
     return str(value.numerator) if value.denominator == 1 else str(float(value))
 
 
+MAX_NUMBER_DIGITS = 100
+"""Numbers in model output longer than this are unparseable: the step is wrong ('format'), and
+Python's limit on int conversion (4,300 digits) is never reached."""
+
+
+def _number(text: str) -> Fraction | None:
+    """A number written in model output as an exact Fraction; None when it has too many digits."""
+    if sum(ch.isdigit() for ch in text) > MAX_NUMBER_DIGITS:
+        return None
+    return Fraction(text)
+
+
 # ---------------------------------------------------------------------------------------------
 # Generation.
 
@@ -473,7 +485,8 @@ def _parse_binary(expr: str) -> tuple[Fraction, str, Fraction] | None:
     m = re.fullmatch(r"\s*(-?[0-9]+)\s*([-+*/])\s*(-?[0-9]+)\s*", expr)
     if not m:
         return None
-    return Fraction(int(m.group(1))), m.group(2), Fraction(int(m.group(3)))
+    x, y = _number(m.group(1)), _number(m.group(3))
+    return None if x is None or y is None else (x, m.group(2), y)
 
 
 def check_steps(problem: Problem | dict[str, Any], steps: list[str]) -> list[StepCheck]:
@@ -495,15 +508,14 @@ def check_steps(problem: Problem | dict[str, Any], steps: list[str]) -> list[Ste
         verdict: StepCheck
         if "<ans>" in text or re.search(r"answer is", text, re.IGNORECASE):
             m = _ANSWER_RE.search(text)
-            if not m:
+            value = _number(m.group(1)) if m else None
+            if value is None:
                 verdict = StepCheck(False, "format")
+            elif value == target_value:
+                verdict = StepCheck(True, "correct", spec["target"], _fmt(value), _fmt(target_value))
             else:
-                value = Fraction(m.group(1))
-                if value == target_value:
-                    verdict = StepCheck(True, "correct", spec["target"], _fmt(value), _fmt(target_value))
-                else:
-                    kind = "propagated" if claimed_by_path.get(spec["target"]) == value else "wrong_answer"
-                    verdict = StepCheck(False, kind, spec["target"], _fmt(value), _fmt(target_value))
+                kind = "propagated" if claimed_by_path.get(spec["target"]) == value else "wrong_answer"
+                verdict = StepCheck(False, kind, spec["target"], _fmt(value), _fmt(target_value))
         else:
             verdict = _check_computation(text, quantities, true, claimed_by_path)
         any_error = any_error or not verdict.ok
@@ -516,7 +528,9 @@ def _check_computation(text, quantities, true, claimed_by_path) -> StepCheck:
     if not m:
         return StepCheck(False, "format")
     key = TOTAL_KEY if m.group("together") else m.group("who") + ("@now" if m.group("now") else "")
-    claimed = Fraction(int(m.group("res")))
+    claimed = _number(m.group("res"))
+    if claimed is None:
+        return StepCheck(False, "format", key)
     value = try_evaluate(m.group("expr"))
     if value is None:
         return StepCheck(False, "format", key, _fmt(claimed))
