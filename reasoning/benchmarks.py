@@ -26,6 +26,7 @@ from reasoning.types import ANSWER_KINDS, Problem
 
 __all__ = [
     "BENCHMARKS",
+    "is_benchmark_name",
     "BenchmarkSpec",
     "DatasetError",
     "HubFields",
@@ -491,6 +492,11 @@ def _load_from_hub(spec: BenchmarkSpec, limit: int | None) -> list[Problem]:
 
 def _registry_name(name: str) -> str:
     return name.strip().lower().replace("-", "_")
+
+
+def is_benchmark_name(name: str) -> bool:
+    """Whether `load_benchmark(name)` reads a registry benchmark (not a file)."""
+    return _registry_name(name) in BENCHMARKS
 
 
 def load_benchmark(
