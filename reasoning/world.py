@@ -178,18 +178,6 @@ def _fmt(value: Fraction | int) -> str:
     return str(value.numerator) if value.denominator == 1 else str(float(value))
 
 
-MAX_NUMBER_DIGITS = 100
-"""Numbers in model output longer than this are unparseable: the step is wrong ('format'), and
-Python's limit on int conversion (4,300 digits) is never reached."""
-
-
-def _number(text: str) -> Fraction | None:
-    """A number written in model output as an exact Fraction; None when it has too many digits."""
-    if sum(ch.isdigit() for ch in text) > MAX_NUMBER_DIGITS:
-        return None
-    return Fraction(text)
-
-
 # ---------------------------------------------------------------------------------------------
 # Generation.
 
@@ -479,6 +467,18 @@ def _spec(problem: Problem | dict[str, Any]) -> dict[str, Any]:
     if isinstance(problem, Problem):
         return problem.meta["world"]
     return problem["world"] if "world" in problem else problem
+
+
+MAX_NUMBER_DIGITS = 100
+"""Numbers in model output longer than this are unparseable: the step is wrong ('format'), and
+Python's limit on int conversion (4,300 digits) is never reached."""
+
+
+def _number(text: str) -> Fraction | None:
+    """A number written in model output as an exact Fraction; None when it has too many digits."""
+    if sum(ch.isdigit() for ch in text) > MAX_NUMBER_DIGITS:
+        return None
+    return Fraction(text)
 
 
 def _parse_binary(expr: str) -> tuple[Fraction, str, Fraction] | None:

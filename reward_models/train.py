@@ -448,7 +448,6 @@ def run(rows: Sequence[Any], args: PSVArguments, training_args: PSVTrainingConfi
         source: str | None = None, lines: Sequence[int] | None = None) -> dict[str, Any]:
     """Validate `rows`, train the PSV, save it to `training_args.output_dir`; returns the summary."""
     from datasets import Dataset
-
     from transformers import enable_full_determinism, set_seed
 
     from reward_models.load import check_model_path

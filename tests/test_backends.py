@@ -397,7 +397,7 @@ def test_server_refuses_what_would_stall_it(server):
         (json.dumps({"prompt": ["a"] * 65}), "prompt", "at most 64 prompts"),
         ('{"prompt": "a", "n": 1000000}', "n", "at most 16"),
         (json.dumps({"prompt": "a", "stop": [str(i) for i in range(17)]}), "stop", "at most 16 stop"),
-        ('{"prompt": "a", "seed": %d}' % 2**80, "seed", "seed must be an integer in"),
+        ('{"prompt": "a", "seed": ' + str(2**80) + "}", "seed", "seed must be an integer in"),
         ('{"prompt": "a", "temperature": NaN}', "temperature", "finite"),
         ('{"prompt": "a", "temperature": Infinity}', "temperature", "finite"),
         ('{"prompt": "a", "top_p": -Infinity}', "top_p", "finite"),
@@ -437,11 +437,12 @@ class SlowGenerator:
 
         self.calls += 1
         done = 0
-        for done in range(1, params.max_new_tokens + 1):
+        while done < params.max_new_tokens:
             if should_stop is not None and should_stop():
                 self.stopped.set()
                 break
             time.sleep(0.01)
+            done += 1
         return [[Completion("x", len(p), done, "length")] * params.n for p in prompts]
 
 
