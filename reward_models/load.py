@@ -159,12 +159,13 @@ def check_spec(spec: str, policy: str | None = None) -> None:
 
 
 def check_model_path(flag: str, path: str) -> None:
-    """ValueError unless `path` is a saved model's directory (config.json) or can only be a Hub id
-    (`name` or `org/name`), so that a typo fails before anything loads."""
+    """ValueError unless `path` is a saved model's directory (config.json, or a LoRA adapter's
+    adapter_config.json) or can only be a Hub id (`name` or `org/name`), so that a typo fails before
+    anything loads."""
     p = Path(path)
     if p.is_dir():
-        if not (p / "config.json").exists():
-            raise ValueError(f"{flag} {path}: no config.json (not a saved model)")
+        if not ((p / "config.json").exists() or (p / "adapter_config.json").exists()):
+            raise ValueError(f"{flag} {path}: no config.json or adapter_config.json (not a saved model)")
         return
     if not path or p.exists() or p.is_absolute() or path.startswith((".", "~")) or path.count("/") > 1:
         raise ValueError(f"{flag} {path}: no such model directory")

@@ -253,14 +253,6 @@ class _Batcher:
         self.queue.put(job)
         return job
 
-    def run(self, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
-        """Submit and wait (no deadline, no cancellation)."""
-        job = self.submit(prompts, params)
-        job.done.wait()
-        if job.error is not None:
-            raise job.error
-        return job.result  # type: ignore[return-value]
-
     def stop(self) -> None:
         self.stopped = True
         self.queue.put(None)
