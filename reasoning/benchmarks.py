@@ -11,7 +11,6 @@ local file it can load the public Hub copy with `datasets` and map its rows to t
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -21,10 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from reasoning.answers import parse_number
+from reasoning.json_input import JSONInputError
+from reasoning.json_input import loads as json_loads
 from reasoning.types import ANSWER_KINDS, Problem
 
 __all__ = [
     "BENCHMARKS",
+    "is_benchmark_name",
     "BenchmarkSpec",
     "DatasetError",
     "HubFields",
@@ -354,9 +356,9 @@ def _parse_jsonl_line(raw: bytes, lineno: int, path: Path) -> tuple[str, dict | 
     if not line.strip():
         return where, None
     try:
-        row = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise DatasetError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
+        row = json_loads(line)
+    except JSONInputError as e:
+        raise DatasetError(f"{where}: invalid JSON ({e})") from None
     if not isinstance(row, dict):
         raise DatasetError(f"{where}: expected a JSON object, got {type(row).__name__}")
     return where, row
@@ -490,6 +492,11 @@ def _load_from_hub(spec: BenchmarkSpec, limit: int | None) -> list[Problem]:
 
 def _registry_name(name: str) -> str:
     return name.strip().lower().replace("-", "_")
+
+
+def is_benchmark_name(name: str) -> bool:
+    """Whether `load_benchmark(name)` reads a registry benchmark (not a file)."""
+    return _registry_name(name) in BENCHMARKS
 
 
 def load_benchmark(

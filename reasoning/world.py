@@ -485,18 +485,23 @@ def _spec(problem: Problem | dict[str, Any]) -> dict[str, Any]:
 
 
 MAX_NUMBER_DIGITS = 100
-"""Longer numbers in a step are unparseable (a `format` error), not a crash of int()."""
+"""Numbers in model output longer than this are unparseable: the step is wrong ('format'), and
+Python's limit on int conversion (4,300 digits) is never reached."""
 
 
-_NUMBER = rf"-?[0-9]{{1,{MAX_NUMBER_DIGITS}}}"
-_BINARY_RE = re.compile(rf"\s*({_NUMBER})\s*([-+*/])\s*({_NUMBER})\s*")
+def _number(text: str) -> Fraction | None:
+    """A number written in model output as an exact Fraction; None when it has too many digits."""
+    if sum(ch.isdigit() for ch in text) > MAX_NUMBER_DIGITS:
+        return None
+    return Fraction(text)
 
 
 def _parse_binary(expr: str) -> tuple[Fraction, str, Fraction] | None:
-    m = _BINARY_RE.fullmatch(expr)
+    m = re.fullmatch(r"\s*(-?[0-9]+)\s*([-+*/])\s*(-?[0-9]+)\s*", expr)
     if not m:
         return None
-    return Fraction(int(m.group(1))), m.group(2), Fraction(int(m.group(3)))
+    x, y = _number(m.group(1)), _number(m.group(3))
+    return None if x is None or y is None else (x, m.group(2), y)
 
 
 class _Reading:
@@ -576,15 +581,14 @@ def check_steps(problem: Problem | dict[str, Any], steps: list[str], strict: boo
         verdict: StepCheck
         if "<ans>" in text or re.search(r"answer is", text, re.IGNORECASE):
             m = _ANSWER_RE.search(text)
-            if not m or len(m.group(1)) > MAX_NUMBER_DIGITS:
+            value = _number(m.group(1)) if m else None
+            if value is None:
                 verdict = StepCheck(False, "format")
+            elif value == target_value:
+                verdict = StepCheck(True, "correct", spec["target"], _fmt(value), _fmt(target_value))
             else:
-                value = Fraction(m.group(1))
-                if value == target_value:
-                    verdict = StepCheck(True, "correct", spec["target"], _fmt(value), _fmt(target_value))
-                else:
-                    kind = "propagated" if claimed_by_path.get(spec["target"]) == value else "wrong_answer"
-                    verdict = StepCheck(False, kind, spec["target"], _fmt(value), _fmt(target_value))
+                kind = "propagated" if claimed_by_path.get(spec["target"]) == value else "wrong_answer"
+                verdict = StepCheck(False, kind, spec["target"], _fmt(value), _fmt(target_value))
         else:
             verdict = _check_computation(text, quantities, true, claimed_by_path, reading, strict)
         out.append(verdict)
@@ -593,10 +597,12 @@ def check_steps(problem: Problem | dict[str, Any], steps: list[str], strict: boo
 
 def _check_computation(text, quantities, true, claimed_by_path, reading: _Reading, strict: bool) -> StepCheck:
     m = _STEP_RE.match(text)
-    if not m or len(m.group("res")) > MAX_NUMBER_DIGITS:
+    if not m:
         return StepCheck(False, "format")
     key = TOTAL_KEY if m.group("together") else m.group("who") + ("@now" if m.group("now") else "")
-    claimed = Fraction(int(m.group("res")))
+    claimed = _number(m.group("res"))
+    if claimed is None:
+        return StepCheck(False, "format", key)
     value = try_evaluate(m.group("expr"))
     if value is None:
         return StepCheck(False, "format", key, _fmt(claimed))

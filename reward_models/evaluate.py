@@ -317,6 +317,13 @@ def load_eval_set(data: str, args: EvalArguments, generator_factory, default_spl
             if k != kind:
                 raise DatasetError(f"{source}:{ln}: a {k} row in a file of {kind} rows")
         if kind == "world":
+            for row, ln in zip(rows, lines):
+                world = row["world"]
+                if not (isinstance(world, dict) and isinstance(world.get("quantities"), dict)
+                        and isinstance(world.get("target"), str) and world["target"] in world["quantities"]
+                        and isinstance(row.get("question"), str)):
+                    raise DatasetError(f"{source}:{ln}: not a world row: needs 'question' and a 'world' object "
+                                       "with 'quantities' and a 'target' among them")
             world_rows = rows
         else:
             items = [item_from_row(r, kind, i, f"{source}:{ln}") for i, (r, ln) in enumerate(zip(rows, lines))]
@@ -456,10 +463,15 @@ def _skipped(reasons: Sequence[tuple[str, str] | None]) -> dict[str, Any]:
 
 def evaluate(args: EvalArguments) -> dict[str, Any]:
     """Load, sample (world), score, calibrate, measure; returns the summary and writes `args.out`."""
-    from reward_models.load import load_verifier
+    from reward_models.load import check_model_path, check_spec, load_verifier
 
     if not args.verifier or not args.data:
         raise ValueError("--verifier and --data are required")
+    check_spec(args.verifier, args.policy)  # a typo fails here, not after sampling and scoring
+    if args.policy:
+        check_model_path("--policy", args.policy)
+    if args.out and Path(args.out).is_dir():
+        raise ValueError(f"--out {args.out}: a directory; name the JSONL file to write the rows to")
     start = time.time()
     generator = None
 

@@ -116,12 +116,7 @@ def load_verifier(
                  for p in spec_parts(spec)]
         return CombinedVerifier(parts, rule=head)
     if head in CONFIDENCE_SPANS:
-        path = rest or policy
-        if not path:
-            raise ValueError(f"the {head} verifier reads a policy's probabilities: pass --policy or "
-                             f"name it ({head}:PATH)")
-        if Path(path).is_dir() and psv_dir_kind(path) != "policy":
-            raise ValueError(f"{head}: {path} is not a causal-LM policy directory")
+        path = _confidence_policy(head, rest, policy)
         from reward_models.confidence import ConfidenceVerifier
 
         return ConfidenceVerifier.from_pretrained(path, batch_size=batch_size, device=device,
@@ -141,11 +136,56 @@ def load_verifier(
         if device is not None:  # e.g. the PPO process's GPU: a 7B PRM must not score on the CPU
             verifier.model.to(device)
         return verifier
+    _check_psv_dir(spec)
+    from reward_models.psv import PSVVerifier
+
+    return PSVVerifier.from_pretrained(spec, batch_size=batch_size, device=device)
+
+
+def check_spec(spec: str, policy: str | None = None) -> None:
+    """The checks of `load_verifier` that need no weights, so that a run can refuse a misspelt spec
+    before it loads anything: ValueError with what to pass instead."""
+    head, rest = split_spec(spec)
+    if head in COMBINE_RULES:
+        for part in spec_parts(spec):
+            check_spec(part, policy)
+    elif head in CONFIDENCE_SPANS:
+        _confidence_policy(head, rest, policy)
+    elif head in ("math-shepherd", "token-prm"):
+        if not rest:
+            raise ValueError(f"verifier {spec!r}: name the model ({head}:PATH)")
+    elif spec != "exact":
+        _check_psv_dir(spec)
+
+
+def check_model_path(flag: str, path: str) -> None:
+    """ValueError unless `path` is a saved model's directory (config.json, or a LoRA adapter's
+    adapter_config.json) or can only be a Hub id (`name` or `org/name`), so that a typo fails before
+    anything loads."""
+    p = Path(path)
+    if p.is_dir():
+        if not ((p / "config.json").exists() or (p / "adapter_config.json").exists()):
+            raise ValueError(f"{flag} {path}: no config.json or adapter_config.json (not a saved model)")
+        return
+    if not path or p.exists() or p.is_absolute() or path.startswith((".", "~")) or path.count("/") > 1:
+        raise ValueError(f"{flag} {path}: no such model directory")
+
+
+def _confidence_policy(head: str, rest: str | None, policy: str | None) -> str:
+    """The policy a confidence verifier reads: the one named in the spec, else `policy`."""
+    path = rest or policy
+    if not path:
+        raise ValueError(f"the {head} verifier reads a policy's probabilities: pass --policy or "
+                         f"name it ({head}:PATH)")
+    if Path(path).is_dir() and psv_dir_kind(path) != "policy":
+        raise ValueError(f"{head}: {path} is not a causal-LM policy directory")
+    return path
+
+
+def _check_psv_dir(spec: str) -> None:
     kind = psv_dir_kind(spec)
     if kind in ("lora", "full"):
-        from reward_models.psv import PSVVerifier
-
-        return PSVVerifier.from_pretrained(spec, batch_size=batch_size, device=device)
+        return
     if kind == "policy":
         raise ValueError(
             f"{spec} is a causal LM (a policy), not a PSV: train one with `python -m reward_models.train "

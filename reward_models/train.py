@@ -448,11 +448,21 @@ def run(rows: Sequence[Any], args: PSVArguments, training_args: PSVTrainingConfi
         source: str | None = None, lines: Sequence[int] | None = None) -> dict[str, Any]:
     """Validate `rows`, train the PSV, save it to `training_args.output_dir`; returns the summary."""
     from datasets import Dataset
+    from transformers import enable_full_determinism, set_seed
+
+    from reward_models.load import check_model_path
 
     if not args.init_from:
         raise ValueError("init_from is required: a policy or a PSV to start from")
+    check_model_path("--init_from", args.init_from)
     start = time.time()
     clean, bad = validate_rows(rows, args.skip_bad_rows, source, lines)
+    # seeded before any weight exists: the new score head is drawn when the model is built, before
+    # the Trainer seeds, so two runs of the same command would otherwise differ
+    if training_args.full_determinism:
+        enable_full_determinism(training_args.seed)
+    else:
+        set_seed(training_args.seed)
     model, tokenizer, facts = load_for_training(args)
     max_length = args.max_length or getattr(model.config, "max_position_embeddings", None)
     clean, too_long = check_lengths(clean, tokenizer, max_length, args.skip_bad_rows, source, lines)

@@ -1,9 +1,10 @@
 """Greedy accuracy of every checkpoint of a PPO run: is the final policy's change a trend or noise?
 
-    python -m rl.checkpoint_curve --config configs/ppo/world_compare.yaml --output_dir outputs/ppo_compare/step
+    python -m rl.checkpoint_curve --output_dir outputs/ppo_compare/step
 
-Takes the run's own arguments (the same config and overrides as `rl/ppo_step.py`, so the same
-evaluation problems), rebuilds the policy as training built it (LoRA included), loads the policy
+Takes the run's own settings from OUTPUT_DIR/run_config.json (so the same evaluation problems;
+flags given here override them, and a run from before run_config.json takes the run's flags and
+`--config` as `rl/ppo_step.py` did), rebuilds the policy as training built it (LoRA included), loads the policy
 weights of each `checkpoint-N` (the last one is the final policy) and decodes the evaluation
 problems greedily. Each point gets its paired-bootstrap change against the run's
 `eval_before_rows.jsonl` (the SFT policy on the same problems; evaluated here when the file is
@@ -54,14 +55,17 @@ def load_into(policy, state: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from trl import TrlParser
+    from rl.ppo_config import ConfigError, parse_config
+    from rl.run_dir import with_stored_settings
 
-    from rl.ppo_config import StepPPOConfig
-
-    (args,) = TrlParser((StepPPOConfig,)).parse_args_and_config(args=argv)
-    out = Path(args.output_dir)
-    if not out.is_dir():
-        print(f"error: {out} is not a run directory", file=sys.stderr)
+    try:
+        args = parse_config(argv)
+        out = Path(args.output_dir)
+        if not out.is_dir():
+            raise ConfigError(f"{out} is not a run directory")
+        args = with_stored_settings(args)
+    except (ConfigError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
     import torch
 

@@ -16,11 +16,20 @@ ADVANTAGE_ESTIMATORS = ("gae", "rloo", "group")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
 
+class ConfigError(ValueError):
+    """A flag, a recipe key or a value that the run cannot use (reported as one line, exit code 2)."""
+
+
 @dataclass
 class StepPPOConfig(TrainingArguments):
     """Step-level PPO with process-supervised rewards (Math-Shepherd's step-by-step PPO)."""
 
     output_dir: str | None = field(default="outputs/ppo_step", metadata={"help": "Run directory."})
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Start afresh in an OUTPUT_DIR that holds an earlier run, clearing it first (without "
+                          "it, a fresh run refuses a non-empty folder; see rl/run_dir.py)."},
+    )
 
     # --- models -------------------------------------------------------------------------------
     policy: str = field(default="outputs/sft_tiny", metadata={"help": "SFT policy directory or Hub id."})
@@ -184,3 +193,48 @@ class StepPPOConfig(TrainingArguments):
             raise ValueError(f"--kl_coef must be >= 0, got {self.kl_coef}")
         if self.reward_clip is not None and self.reward_clip <= 0:
             raise ValueError(f"--reward_clip must be > 0, got {self.reward_clip}")
+
+
+_SIMPLE_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
+
+
+def check_field_types(config) -> None:
+    """ConfigError for a value of the wrong type in one of StepPPOConfig's own fields (a YAML recipe's
+    values are not converted the way flags are: `num_updates: [1]` would fail deep inside the run)."""
+    for name, annotation in StepPPOConfig.__annotations__.items():
+        parts = [p.strip() for p in str(annotation).split("|")]
+        value = getattr(config, name)
+        if value is None and "None" in parts:
+            continue
+        allowed = tuple(t for p in parts for t in _SIMPLE_TYPES.get(p, ()))
+        if not allowed:
+            continue
+        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+            raise ConfigError(f"--{name} must be {' or '.join(parts)}, got {value!r}")
+
+
+def parse_config(argv: list[str] | None = None) -> StepPPOConfig:
+    """StepPPOConfig from flags and `--config RECIPE.yaml` (TRL's parser), checked: ConfigError (one
+    line) for an unknown flag or recipe key, a value of the wrong type, a missing recipe or a bad value."""
+    import yaml
+    from trl import TrlParser
+
+    parser = TrlParser((StepPPOConfig,))
+
+    def error(message: str):  # argparse would print the whole usage and exit
+        raise ConfigError(message)
+
+    parser.error = error  # type: ignore[method-assign]
+    try:
+        (config,) = parser.parse_args_and_config(args=argv)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError, AttributeError, OSError, yaml.YAMLError) as err:
+        message = " ".join(str(err).split(". Please remove them")[0].split())
+        raise ConfigError(message or type(err).__name__) from None
+    check_field_types(config)
+    try:
+        config.validate()
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    return config

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import torch
 
-from reasoning.benchmarks import load_benchmark, load_jsonl_problems
+from reasoning.benchmarks import BENCHMARKS, is_benchmark_name, load_benchmark, load_jsonl_problems
 from reasoning.types import Problem
 from reasoning.world import generate, row_to_problem, world_config_of
-from rl.ppo_config import StepPPOConfig
+from rl.ppo_config import ConfigError, StepPPOConfig
 
 DEFAULT_POLICY = "outputs/sft_tiny"
 DEFAULT_VERIFIER = "outputs/psv_tiny"
@@ -64,6 +64,31 @@ def ensure_default_models(args: StepPPOConfig, is_main: bool) -> None:
         build_default_policy(args.policy)
     if args.verifier == DEFAULT_VERIFIER and not Path(args.verifier).exists():
         build_default_verifier(args.policy, args.verifier)
+
+
+def check_inputs(args: StepPPOConfig) -> None:
+    """What a run reads, checked before anything is loaded (ConfigError, one line): the policy and
+    verifier exist (or are the defaults built first), the prompt sets exist, OUTPUT_DIR may be used."""
+    from reward_models.load import check_model_path, check_spec, spec_parts
+    from rl.run_dir import check_run_dir
+
+    builds = args.build_missing
+    try:
+        if not (builds and args.policy == DEFAULT_POLICY):
+            check_model_path("--policy", args.policy)
+        if args.reward != "gold" and not (builds and args.verifier == DEFAULT_VERIFIER):
+            check_spec(args.verifier, args.policy)
+            if "exact" in spec_parts(args.verifier) and args.dataset != "world":
+                raise ValueError("the exact verifier checks world problems only: use --dataset world")
+        for flag, name in (("--dataset", args.dataset), ("--eval_dataset", args.eval_dataset)):
+            if name.endswith(".jsonl") and not Path(name).is_file():
+                raise ValueError(f"{flag} {name}: no such file")
+            if name not in ("world", "none") and not Path(name).is_file() and not is_benchmark_name(name):
+                raise ValueError(f"{flag} {name!r}: not 'world', a JSONL file or a benchmark "
+                                 f"({', '.join(sorted(BENCHMARKS))})")
+        check_run_dir(args)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 def _dtype(args: StepPPOConfig):

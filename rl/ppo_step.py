@@ -21,10 +21,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 def main(argv: list[str] | None = None) -> int:
     import json
 
-    from trl import TrlParser
-
-    from rl.ppo_config import StepPPOConfig
+    from rl.ppo_config import ConfigError, parse_config
     from rl.ppo_setup import (
+        check_inputs,
         ensure_default_models,
         load_critic,
         load_policy,
@@ -34,10 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     from rl.ppo_trainer import StepPPOTrainer
 
-    (args,) = TrlParser((StepPPOConfig,)).parse_args_and_config(args=argv)
-    try:
-        args.validate()
-    except ValueError as err:
+    try:  # every flag, recipe, path and OUTPUT_DIR error before the first model loads
+        args = parse_config(argv)
+        check_inputs(args)
+    except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     from accelerate import PartialState

@@ -42,6 +42,7 @@ from reward_models.verifier import aggregate
 from rl import ppo_math as M
 from rl.evaluation import compare_greedy_rows
 from rl.ppo_config import StepPPOConfig
+from rl.run_dir import prepare_run_dir
 from rl.step_rewards import (
     RunningMeanStd,
     assign_rewards,
@@ -620,6 +621,9 @@ class StepPPOTrainer:
         start = time.time()
         metrics_path = self.out / "metrics.jsonl"
         before_path = self.out / "eval_before_rows.jsonl"
+        if self.accelerator.is_main_process:  # refuses to mix runs in one folder; stores run_config.json
+            prepare_run_dir(args, resume_from_checkpoint or "")
+        self.accelerator.wait_for_everyone()
         ckpt = resolve_checkpoint(self.out, resume_from_checkpoint)
         if ckpt is not None:
             self.load_checkpoint(ckpt)

@@ -410,3 +410,175 @@ def test_a_server_that_ignores_n_gets_one_request_per_sample():
     finally:
         httpd.shutdown()
         httpd.server_close()
+# ------------------------------------------------------------------ the server's limits
+
+
+def _raw_post(url: str, body: bytes | str, timeout: float = 10.0) -> httpx.Response:
+    return httpx.post(f"{url}/completions", content=body if isinstance(body, bytes) else body.encode(),
+                      headers={"Content-Type": "application/json"}, timeout=timeout)
+
+
+def test_server_refuses_what_would_stall_it(server):
+    """Each of these used to hang the worker (and every later request) or answer 500."""
+    import time
+
+    url, context = server.url, server.context_tokens
+    assert context == 1024  # the tiny model's max_position_embeddings
+    start = time.monotonic()
+    cases = [
+        ('{"prompt": "Hal has", "max_tokens": 1000000000000}', "max_tokens", "maximum context length is 1024"),
+        (json.dumps({"prompt": "Hal has " * 131072, "max_tokens": 4}), "prompt", "maximum context length"),  # 1 MB
+        ('{"prompt": "", "max_tokens": 4}', "prompt", "must not be empty"),
+        ('{"prompt": [], "max_tokens": 4}', "prompt", "non-empty list"),
+        (json.dumps({"prompt": ["a"] * 65}), "prompt", "at most 64 prompts"),
+        ('{"prompt": "a", "n": 1000000}', "n", "at most 16"),
+        (json.dumps({"prompt": "a", "stop": [str(i) for i in range(17)]}), "stop", "at most 16 stop"),
+        ('{"prompt": "a", "seed": ' + str(2**80) + "}", "seed", "seed must be an integer in"),
+        ('{"prompt": "a", "temperature": NaN}', "temperature", "finite"),
+        ('{"prompt": "a", "temperature": Infinity}', "temperature", "finite"),
+        ('{"prompt": "a", "top_p": -Infinity}', "top_p", "finite"),
+        ('{"prompt": "a", "temperature": 1%s}' % ("0" * 400), "temperature", "finite"),
+        ("[" * 100_000, None, "nested too deeply"),
+        ('{"prompt": "a", "max_tokens": 1%s}' % ("0" * 5000), None, "not JSON"),
+    ]
+    for body, param, message in cases:
+        r = _raw_post(url, body)
+        assert r.status_code == 400, (body[:60], r.status_code, r.text[:200])
+        assert r.json()["error"]["param"] == param and message in r.json()["error"]["message"], r.text[:300]
+    r = httpx.post(f"{url}/completions", json={"prompt": "a", "max_tokens": 1024})  # 1 prompt token + 1024 > 1024
+    assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"
+    assert _raw_post(url, b"x" * (server.limits.max_body_bytes + 1)).status_code == 413
+    assert time.monotonic() - start < 20
+    assert httpx.get(f"{url.removesuffix('/v1')}/health").json()["status"] == "ok"
+    r = httpx.post(f"{url}/completions", json={"prompt": "Hal has", "max_tokens": 3, "temperature": 0})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= 3
+
+
+class SlowGenerator:
+    """One 'token' per 10 ms up to max_new_tokens; stops early when `should_stop()` says so."""
+
+    context_length = 1_000_000
+
+    def __init__(self):
+        self.stopped = threading.Event()
+        self.calls = 0
+
+    def count_tokens(self, texts):
+        return [len(t) for t in texts]
+
+    def generate(self, prompts, params, should_stop=None):
+        import time
+
+        from inference.backends.base import Completion
+
+        self.calls += 1
+        done = 0
+        while done < params.max_new_tokens:
+            if should_stop is not None and should_stop():
+                self.stopped.set()
+                break
+            time.sleep(0.01)
+            done += 1
+        return [[Completion("x", len(p), done, "length")] * params.n for p in prompts]
+
+
+def _send_and_leave(url: str, body: dict) -> None:
+    """Send a whole completion request, then close the connection without reading the answer."""
+    import socket
+
+    host, port = url.removeprefix("http://").removesuffix("/v1").split(":")
+    data = json.dumps(body).encode()
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(data), data))
+
+
+def test_generation_stops_when_its_client_leaves_or_its_deadline_passes():
+    import time
+
+    from inference.backends.serve import ServerLimits
+
+    slow = SlowGenerator()
+    with CompletionServer(slow, NAME, port=0, batch_wait_s=0, limits=ServerLimits(request_timeout_s=1.0)) as srv:
+        _send_and_leave(srv.url, {"prompt": "a", "max_tokens": 100_000})  # 1,000 s of generation
+        assert slow.stopped.wait(5), "generation went on after its client left"
+        start = time.monotonic()
+        r = httpx.post(f"{srv.url}/completions", json={"prompt": "a", "max_tokens": 3}, timeout=10)
+        assert r.status_code == 200 and time.monotonic() - start < 2
+        assert srv.counts["disconnected"] == 1 and srv._batcher.cancelled_batches == 1
+
+        slow.stopped.clear()
+        start = time.monotonic()
+        r = httpx.post(f"{srv.url}/completions", json={"prompt": "a", "max_tokens": 100_000}, timeout=10)
+        assert r.status_code == 504 and "request_timeout_s" in r.json()["error"]["message"]
+        assert slow.stopped.wait(2) and time.monotonic() - start < 3
+        assert srv.health()["admitted"] == 0
+
+
+def test_a_half_sent_request_is_dropped_after_the_read_timeout():
+    import socket
+    import time
+
+    from inference.backends.serve import ServerLimits
+
+    with CompletionServer(SlowGenerator(), NAME, port=0, limits=ServerLimits(read_timeout_s=0.3)) as srv:
+        host, port = srv.httpd.server_address[:2]
+        for partial in (b"POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"pro",
+                        b"POST /v1/completions HTTP/1.1\r\nContent-Le", b""):
+            with socket.create_connection((host, port)) as sock:
+                sock.settimeout(5)
+                sock.sendall(partial)
+                start = time.monotonic()
+                answer = b""
+                while chunk := sock.recv(4096):  # the server closes the connection
+                    answer += chunk
+                assert time.monotonic() - start < 3
+                assert answer == b"" or answer.startswith(b"HTTP/1.1 408"), answer[:100]
+
+
+def test_sixty_concurrent_requests_are_all_answered_with_a_bounded_queue(model_dir):
+    """A burst larger than the queue: every connection is accepted (backlog), the server answers each
+    with 200 or a quick 503 + Retry-After (never a refused connection or a timeout), in seconds."""
+    import socket
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from inference.backends.serve import ServerLimits
+
+    generator = HFGenerator.from_pretrained(str(model_dir), batch_size=16, device="cpu")
+    with CompletionServer(generator, NAME, port=0, limits=ServerLimits(max_queued_requests=8)) as srv:
+        host, port = srv.httpd.server_address[:2]
+        body = json.dumps({"prompt": "Question: Hal has 3 apples.", "max_tokens": 8, "temperature": 0}).encode()
+        request = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        ready = threading.Barrier(60)
+
+        def one(_):
+            ready.wait()
+            try:
+                with socket.create_connection((host, port), timeout=30) as sock:
+                    sock.sendall(request)
+                    answer = b""
+                    while chunk := sock.recv(65536):
+                        answer += chunk
+            except OSError as err:
+                return type(err).__name__
+            head = answer.split(b"\r\n\r\n")[0]
+            return int(head.split()[1]) if head else "empty", b"Retry-After: 1" in head
+
+        start = time.monotonic()
+        with ThreadPoolExecutor(60) as pool:
+            results = list(pool.map(one, range(60)))
+        elapsed = time.monotonic() - start
+    statuses = Counter(r[0] if isinstance(r, tuple) else r for r in results)
+    assert set(statuses) <= {200, 503}, statuses
+    assert statuses[200] >= 8 and all(retry for status, retry in results if status == 503)
+    assert elapsed < 30, elapsed
+    print(f"60 concurrent requests: {dict(statuses)} in {elapsed:.1f}s")
+
+
+def test_hf_generation_stops_when_asked(hf, prompts):
+    params = SamplingParams(max_new_tokens=40, temperature=0)
+    (stopped,) = hf.generate(prompts[:1], params, should_stop=lambda: True)
+    assert stopped[0].completion_tokens <= 1 and stopped[0].finish_reason in ("length", "stop")
+    assert hf.count_tokens(["Hal has", ""]) [1] == 0 and hf.context_length == 1024

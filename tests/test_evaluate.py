@@ -285,3 +285,25 @@ def test_cli_world_file_with_confidence_and_calibration(policy_dir, tmp_path, ca
     assert out["verifier_tokens"] > 0 and out["best_of_n"]["n"] == 4
     assert ev.main(["--verifier", "exact", "--data", str(world)]) == 2
     assert "--policy" in capsys.readouterr().err
+
+
+def test_cli_refuses_bad_input_before_the_expensive_work(policy_dir, psv_dir, tmp_path, capsys, monkeypatch):
+    """A non-object `world`, `--out` naming a directory and a misspelt verifier: one line, exit 2,
+    before any path is sampled or scored (these used to end in tracebacks, some after all the work)."""
+    def no_sampling(*args, **kwargs):
+        raise AssertionError("paths were sampled before the input was checked")
+
+    monkeypatch.setattr(ev, "sample_world_paths", no_sampling)
+    row = generate("test", 1, 0, WORLD)[0]
+    world = tmp_path / "world.jsonl"
+    for bad in ("oops", [1, 2], {"quantities": {}, "target": "x"}):
+        world.write_text(json.dumps(row) + "\n" + json.dumps({**row, "id": "w2", "world": bad}) + "\n")
+        assert ev.main(["--verifier", "exact", "--data", str(world), "--policy", str(policy_dir)]) == 2
+        err = capsys.readouterr().err
+        assert f"{world}:2: not a world row" in err and err.count("\n") == 1
+    pb = tmp_path / "pb.jsonl"
+    pb.write_text("".join(json.dumps(r) + "\n" for r in processbench_rows()))
+    assert ev.main(["--verifier", str(psv_dir), "--data", str(pb), "--out", str(tmp_path)]) == 2
+    assert "--out" in capsys.readouterr().err
+    assert ev.main(["--verifier", str(psv_dir) + "x", "--data", "world", "--policy", str(policy_dir)]) == 2
+    assert "no such directory" in capsys.readouterr().err

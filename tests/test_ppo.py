@@ -425,3 +425,71 @@ def test_group_estimator_updates_without_a_critic(models, tmp_path):
     critic = trainer.accelerator.unwrap_model(trainer.model).critic.parameters()
     assert all(torch.equal(a, b) for a, b in zip(critic0, critic))
     assert "loss/value" not in metrics and 0 <= metrics["rollout/flat_reward_groups"] <= 1
+def test_config_errors_are_one_line_and_found_before_any_model_loads(models, tmp_path, capsys, monkeypatch):
+    import rl.ppo_setup
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a model was loaded before the configuration was checked")
+
+    monkeypatch.setattr(rl.ppo_setup, "load_policy", no_loading)
+    monkeypatch.setattr(rl.ppo_setup, "load_critic", no_loading)
+    recipe = tmp_path / "recipe.yaml"
+    cases = [
+        ("rewrad: step\n", [], "Unknown arguments from config file: ['--rewrad', 'step']"),
+        ("kl_coef: [1, 2]\n", [], "--kl_coef must be float, got [1, 2]"),
+        ("", ["--no_such_flag", "1"], "--no_such_flag"),
+        ("", ["--num_updates", "many"], "invalid int value: 'many'"),
+        ("", ["--policy", str(tmp_path / "nonexistent")], "no such model directory"),
+        ("", ["--verifier", str(models / "psvv")], "verifier '" + str(models / "psvv") + "': no such directory"),
+        ("", ["--verifier", "product:exact"], "needs two or more"),
+        ("", ["--dataset", str(tmp_path / "missing.jsonl")], "missing.jsonl: no such file"),
+    ]
+    for yaml_text, flags, message in cases:
+        recipe.write_text(yaml_text or "seed: 0\n")
+        code = ppo_step.main(["--config", str(recipe), *tiny_args(models, tmp_path / "run", *flags)])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err, (flags, err)
+        assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
+    assert not (tmp_path / "run").exists()
+    missing = ppo_step.main(["--config", str(tmp_path / "none.yaml"), *tiny_args(models, tmp_path / "run")])
+    assert missing == 2 and "none.yaml" in capsys.readouterr().err
+
+
+def test_output_dir_holds_one_run(models, tmp_path, capsys):
+    """A fresh run refuses a used folder; --overwrite_output_dir clears it; a resume must keep the
+    run's settings (run_config.json); rl.checkpoint_curve then needs only --output_dir."""
+    from rl import checkpoint_curve
+    from rl.run_dir import RUN_CONFIG
+
+    out = tmp_path / "run"
+    assert ppo_step.main(tiny_args(models, out, "--critic_warmup_updates", "0")) == 0
+    assert json.loads((out / RUN_CONFIG).read_text())["num_updates"] == 2
+    before = sorted(p.name for p in out.iterdir())
+    capsys.readouterr()
+
+    assert ppo_step.main(tiny_args(models, out, "--num_updates", "1")) == 2  # used to mix the two runs
+    assert "is not empty" in capsys.readouterr().err and sorted(p.name for p in out.iterdir()) == before
+
+    args = tiny_args(models, out, "--critic_warmup_updates", "0", "--num_updates", "1")
+    assert ppo_step.main([*args, "--overwrite_output_dir", "true"]) == 0
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1"]  # the old run's are gone
+    assert [json.loads(x)["update"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1]
+
+    capsys.readouterr()
+    changed = [*args, "--resume_from_checkpoint", "auto", "--learning_rate", "5e-4"]
+    assert ppo_step.main(changed) == 2
+    err = capsys.readouterr().err
+    assert "learning_rate: 0.001 -> 0.0005" in err and err.count("\n") == 1
+    longer = tiny_args(models, out, "--critic_warmup_updates", "0", "--num_updates", "2")
+    assert ppo_step.main([*longer, "--resume_from_checkpoint", "auto"]) == 0  # num_updates may change
+    assert [json.loads(x)["update"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+
+    foreign = tmp_path / "notes"
+    foreign.mkdir()
+    (foreign / "keep.txt").write_text("mine")
+    assert ppo_step.main([*tiny_args(models, foreign), "--overwrite_output_dir", "true"]) == 2
+    assert (foreign / "keep.txt").exists() and "not cleared" in capsys.readouterr().err
+
+    assert checkpoint_curve.main(["--output_dir", str(out), "--num_threads", "1"]) == 0
+    curve = json.loads((out / "checkpoint_curve.json").read_text())
+    assert [c["update"] for c in curve["curve"]] == [1, 2] and curve["n"] == 6

@@ -263,3 +263,28 @@ def test_training_continues_from_a_saved_psv(policy_dir, tmp_path):
     question, path = rows[1]["prompt"], rows[1]["completions"]
     for out in (again, more, merged):
         assert len(PSVVerifier.from_pretrained(out, device="cpu").score([question], [path])[0]) == len(path)
+
+
+def test_training_twice_gives_identical_losses(policy_dir, tmp_path):
+    """The score head is drawn after seeding: the same command gives the same losses and weights."""
+    from safetensors.torch import load_file
+
+    rows = stepwise_rows(4)
+    runs = []
+    for name in ("a", "b"):
+        torch.manual_seed(len(name) * 1000 + ord(name))  # whatever state the process was in before
+        out = train_verifier(rows, str(policy_dir), str(tmp_path / name), max_steps=3, seed=7)
+        runs.append(json.loads((tmp_path / name / "psv_config.json").read_text()))
+        runs[-1]["weights"] = load_file(str(tmp_path / name / "model.safetensors"))
+        assert out == str(tmp_path / name)
+    (a, b) = runs
+    assert a["loss_probe"] == b["loss_probe"] and a["training"]["train_loss"] == b["training"]["train_loss"]
+    assert all(torch.equal(a["weights"][k], b["weights"][k]) for k in a["weights"])
+
+
+def test_cli_init_from_a_missing_path_is_one_line(tmp_path, capsys):
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in stepwise_rows(1)))
+    code = psv_train.main(["--data", str(data), "--init_from", "/nonexistent", "--output_dir", str(tmp_path / "v")])
+    err = capsys.readouterr().err
+    assert code == 2 and err == "error: --init_from /nonexistent: no such model directory\n"

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from inference.backends.base import Completion, SamplingParams, cut_at_stop
 
@@ -43,7 +46,10 @@ class HFGenerator:
         return [len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
 
     @torch.no_grad()
-    def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
+    def generate(self, prompts: list[str], params: SamplingParams,
+                 should_stop: Callable[[], bool] | None = None) -> list[list[Completion]]:
+        """`params.n` completions per prompt; `should_stop()` true ends generation at the next token
+        (a server's cancelled requests), the completions so far then end with 'length'."""
         tok = self.tokenizer
         tok.padding_side = "left"
         out: list[list[Completion]] = [[] for _ in prompts]
@@ -61,6 +67,8 @@ class HFGenerator:
                 kwargs.update(do_sample=False)
             if params.stop:
                 kwargs.update(stop_strings=list(params.stop), tokenizer=tok)
+            if should_stop is not None:
+                kwargs.update(stopping_criteria=StoppingCriteriaList([_Cancel(should_stop)]))
             gen = self.model.generate(**enc, **kwargs)
             new = gen[:, enc["input_ids"].shape[1] :]
             prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
@@ -80,3 +88,13 @@ class HFGenerator:
                 reason = "stop" if (finished or stopped) else "length"
                 out[i].append(Completion(text, int(prompt_lens[row]), n_tokens, reason))
         return out
+
+
+class _Cancel(StoppingCriteria):
+    """Ends every sequence of a `generate` call once `should_stop()` is true."""
+
+    def __init__(self, should_stop: Callable[[], bool]):
+        self.should_stop = should_stop
+
+    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+        return torch.full((input_ids.shape[0],), bool(self.should_stop()), dtype=torch.bool, device=input_ids.device)

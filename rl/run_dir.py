@@ -1,0 +1,139 @@
+"""A PPO run's folder belongs to one run: its settings are stored with it, reuse is explicit.
+
+`prepare_run_dir(config)` (the trainer calls it before it writes anything) writes the resolved
+settings to OUTPUT_DIR/run_config.json at the start of a fresh run; `check_run_dir(config)` (the
+same checks, nothing written; `rl/ppo_step.py` calls it before loading any model) refuses
+
+- a fresh run in a folder that is not empty, unless `--overwrite_output_dir` (which clears it; only
+  a folder that holds a PPO run is ever cleared), so an old run's checkpoints and metrics never mix
+  with a new run's;
+- a resume (`--resume_from_checkpoint auto` or a path) whose settings differ from the stored ones,
+  except those in `MAY_DIFFER_ON_RESUME`: how long to train, how often to save and log, threads,
+  progress bars, evaluation batch sizes and resamples, none of which change what an update computes.
+
+`rl.checkpoint_curve` reads run_config.json (`with_stored_settings`), so it needs only `--output_dir`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+RUN_CONFIG = "run_config.json"
+
+MAY_DIFFER_ON_RESUME = frozenset({
+    "num_updates", "save_steps", "save_total_limit", "logging_steps", "disable_tqdm", "report_to", "num_threads",
+    "resume_from_checkpoint", "overwrite_output_dir", "build_missing", "greedy_eval_batch_size",
+    "bootstrap_resamples", "output_dir",
+})
+"""Settings a resumed run may change: none of them changes the updates already made or still to make."""
+
+TRAINING_ARGUMENT_FIELDS = ("adam_beta1", "adam_beta2", "adam_epsilon", "warmup_steps", "warmup_ratio",
+                            "gradient_checkpointing", "report_to", "disable_tqdm", "resume_from_checkpoint")
+"""Inherited `TrainingArguments` fields the PPO trainer reads (its own fields are all stored)."""
+
+RUN_MARKERS = (RUN_CONFIG, "metrics.jsonl", "eval_before_rows.jsonl", "eval.json")
+
+
+class RunDirError(ValueError):
+    """A run folder that this run may not use as asked."""
+
+
+def resolved_settings(config) -> dict[str, Any]:
+    """The settings of a run as JSON values: every field of StepPPOConfig itself plus the inherited
+    `TrainingArguments` fields the trainer reads."""
+    from rl.ppo_config import StepPPOConfig
+
+    names = [*StepPPOConfig.__annotations__, *TRAINING_ARGUMENT_FIELDS]
+    values = {name: getattr(config, name, None) for name in dict.fromkeys(names)}
+    return json.loads(json.dumps(values, default=str))
+
+
+def stored_settings(out: str | Path) -> dict[str, Any] | None:
+    """OUTPUT_DIR/run_config.json, None when the folder has none; RunDirError when it is unreadable."""
+    path = Path(out) / RUN_CONFIG
+    if not path.exists():
+        return None
+    try:
+        stored = json.loads(path.read_text())
+    except (ValueError, RecursionError) as err:
+        raise RunDirError(f"{path}: not a JSON object ({type(err).__name__}); remove it or pass "
+                          "--overwrite_output_dir") from None
+    if not isinstance(stored, dict):
+        raise RunDirError(f"{path}: not a JSON object; remove it or pass --overwrite_output_dir")
+    return stored
+
+
+def settings_changes(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """`name: stored -> current` for each setting a resume may not change."""
+    return [f"{k}: {stored.get(k)!r} -> {current.get(k)!r}" for k in sorted(set(stored) | set(current))
+            if k not in MAY_DIFFER_ON_RESUME and stored.get(k) != current.get(k)]
+
+
+def _is_run_folder(out: Path) -> bool:
+    return any((out / m).exists() for m in RUN_MARKERS) or any(out.glob("checkpoint-*"))
+
+
+def check_run_dir(config, resume: str | None = None) -> str:
+    """What starting this run will do to OUTPUT_DIR: 'new' (empty or absent), 'overwrite' (cleared
+    first), 'resume' (a stored run with the same settings); RunDirError when it may not be used.
+    `resume`: the run's --resume_from_checkpoint (default: the config's)."""
+    resume = config.resume_from_checkpoint if resume is None else resume
+    out = Path(config.output_dir)
+    if out.exists() and not out.is_dir():
+        raise RunDirError(f"--output_dir {out}: not a directory")
+    if not out.exists() or not any(out.iterdir()):
+        return "new"
+    if resume:
+        stored = stored_settings(out)
+        if stored is None:
+            raise RunDirError(f"--resume_from_checkpoint: {out} has no {RUN_CONFIG}, so its settings are unknown; "
+                              "resume it with the toolkit version that started it, or start afresh with "
+                              "--overwrite_output_dir")
+        changes = settings_changes(stored, resolved_settings(config))
+        if changes:
+            raise RunDirError(f"--resume_from_checkpoint: {out} was started with other settings ("
+                              + "; ".join(changes) + "); pass the same ones (only "
+                              + ", ".join(sorted(MAY_DIFFER_ON_RESUME - {"output_dir"}))
+                              + " may change), or start afresh with --overwrite_output_dir")
+        return "resume"
+    if not getattr(config, "overwrite_output_dir", False):
+        raise RunDirError(f"--output_dir {out} is not empty (an earlier run?): pass --resume_from_checkpoint auto "
+                          "to continue it, --overwrite_output_dir to replace it, or choose another folder")
+    if not _is_run_folder(out):
+        raise RunDirError(f"--overwrite_output_dir: {out} does not hold a PPO run ({RUN_CONFIG}, metrics.jsonl or "
+                          "checkpoint-N); it is not cleared: choose another folder")
+    return "overwrite"
+
+
+def prepare_run_dir(config, resume: str | None = None) -> str:
+    """`check_run_dir`, then clear OUTPUT_DIR for an overwrite, and store the settings in
+    run_config.json (on resume too: the settings that may change are then the latest)."""
+    action = check_run_dir(config, resume)
+    out = Path(config.output_dir)
+    if action == "overwrite":
+        for child in out.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / RUN_CONFIG).write_text(json.dumps(resolved_settings(config), indent=2) + "\n")
+    return action
+
+
+def with_stored_settings(config):
+    """The run's stored settings (run_config.json in OUTPUT_DIR), with the fields of `config` that
+    differ from their defaults on top (flags given on the command line); `config` when none is stored."""
+    from rl.ppo_config import StepPPOConfig
+
+    stored = stored_settings(config.output_dir)
+    if stored is None:
+        return config
+    given, default = resolved_settings(config), resolved_settings(StepPPOConfig(output_dir=config.output_dir))
+    known = set(StepPPOConfig.__dataclass_fields__)
+    values = {k: v for k, v in stored.items() if k in known}
+    values.update({k: v for k, v in given.items() if v != default.get(k)})
+    return StepPPOConfig(**values)
