@@ -473,7 +473,7 @@ def test_output_dir_holds_one_run(models, tmp_path, capsys):
     args = tiny_args(models, out, "--critic_warmup_updates", "0", "--num_updates", "1")
     assert ppo_step.main([*args, "--overwrite_output_dir", "true"]) == 0
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1"]  # the old run's are gone
-    assert [json.loads(x)["update"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1]
+    assert [json.loads(x)["update"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [0, 1]
 
     capsys.readouterr()
     changed = [*args, "--resume_from_checkpoint", "auto", "--learning_rate", "5e-4"]
@@ -482,7 +482,7 @@ def test_output_dir_holds_one_run(models, tmp_path, capsys):
     assert "learning_rate: 0.001 -> 0.0005" in err and err.count("\n") == 1
     longer = tiny_args(models, out, "--critic_warmup_updates", "0", "--num_updates", "2")
     assert ppo_step.main([*longer, "--resume_from_checkpoint", "auto"]) == 0  # num_updates may change
-    assert [json.loads(x)["update"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    assert [json.loads(x)["update"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
 
     foreign = tmp_path / "notes"
     foreign.mkdir()
