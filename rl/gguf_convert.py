@@ -41,6 +41,10 @@ SPECIAL_TOKENS = {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "pad_t
                   "unk_token": "<|endoftext|>"}
 
 
+# Stored in conversion.json: a folder written by an older converter is converted again.
+CONVERTER_VERSION = 2
+
+
 class ConversionError(RuntimeError):
     """A missing source file or package; the message says what to install or pass."""
 
@@ -78,9 +82,10 @@ def is_converted(out: Path, source: dict) -> bool:
     if not (marker.is_file() and (out / "config.json").is_file()):
         return False
     try:
-        return json.loads(marker.read_text()).get("source") == source
+        info = json.loads(marker.read_text())
     except json.JSONDecodeError:
         return False
+    return info.get("source") == source and info.get("converter") == CONVERTER_VERSION
 
 
 def load_gguf(gguf: Path):
@@ -121,6 +126,9 @@ def fix_tokenizer(tokenizer, model) -> None:
     tokens = {k: v for k, v in SPECIAL_TOKENS.items() if v in vocab}
     if tokens:
         tokenizer.add_special_tokens(tokens)
+    # The GGUF reader asks for WordPiece-style clean-up, which transformers ignores for this BPE
+    # tokenizer with a warning on every load.
+    tokenizer.clean_up_tokenization_spaces = False
     for cfg in (model.config, model.generation_config):
         cfg.bos_token_id = tokenizer.bos_token_id
         cfg.eos_token_id = tokenizer.eos_token_id
@@ -152,7 +160,7 @@ def convert(out: str | os.PathLike[str] = DEFAULT_OUT, gguf: str | os.PathLike[s
     model.save_pretrained(str(tmp))
     tokenizer.save_pretrained(str(tmp))
     parameters = sum(p.numel() for p in model.parameters())
-    info = {"source": source, "parameters": parameters, "architecture": type(model).__name__,
+    info = {"converter": CONVERTER_VERSION, "source": source, "parameters": parameters, "architecture": type(model).__name__,
             "chat_template": bool(getattr(tokenizer, "chat_template", None)), "dtype": "float32"}
     (tmp / MARKER).write_text(json.dumps(info, indent=2) + "\n")
     if out.exists():
