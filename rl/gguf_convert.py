@@ -20,6 +20,7 @@ was converted or reused, and the seconds taken.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -145,10 +146,21 @@ def convert(out: str | os.PathLike[str] = DEFAULT_OUT, gguf: str | os.PathLike[s
         raise ConversionError(f"--gguf {src}: no such file")
     out = Path(out)
     source = source_info(src)
-    if not overwrite and is_converted(out, source):
-        info = json.loads((out / MARKER).read_text())
-        return {"out": str(out), "converted": False, "parameters": info.get("parameters"),
-                "seconds": round(time.time() - start, 2)}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # One conversion at a time per folder: a second process (another test run sharing the cache)
+    # waits, then finds the folder converted.
+    with open(out.with_name(f".{out.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not overwrite and is_converted(out, source):
+            info = json.loads((out / MARKER).read_text())
+            return {"out": str(out), "converted": False, "parameters": info.get("parameters"),
+                    "seconds": round(time.time() - start, 2)}
+        parameters = _convert_into(src, source, out)
+    return {"out": str(out), "converted": True, "parameters": parameters, "seconds": round(time.time() - start, 2)}
+
+
+def _convert_into(src: Path, source: dict, out: Path) -> int:
+    """Write the conversion of `src` to a temporary folder, then rename it to `out`; the parameter count."""
     quantized, tokenizer = load_gguf(src)
     model = plain_model(quantized)
     del quantized
@@ -160,13 +172,14 @@ def convert(out: str | os.PathLike[str] = DEFAULT_OUT, gguf: str | os.PathLike[s
     model.save_pretrained(str(tmp))
     tokenizer.save_pretrained(str(tmp))
     parameters = sum(p.numel() for p in model.parameters())
-    info = {"converter": CONVERTER_VERSION, "source": source, "parameters": parameters, "architecture": type(model).__name__,
-            "chat_template": bool(getattr(tokenizer, "chat_template", None)), "dtype": "float32"}
+    info = {"converter": CONVERTER_VERSION, "source": source, "parameters": parameters,
+            "architecture": type(model).__name__, "dtype": "float32",
+            "chat_template": bool(getattr(tokenizer, "chat_template", None))}
     (tmp / MARKER).write_text(json.dumps(info, indent=2) + "\n")
     if out.exists():
         shutil.rmtree(out)
     os.replace(tmp, out)
-    return {"out": str(out), "converted": True, "parameters": parameters, "seconds": round(time.time() - start, 2)}
+    return parameters
 
 
 @dataclass
