@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -240,3 +241,6 @@ def test_ppo_step_lora_gold_then_step_with_the_psv(smollm2, psv, gsm8k, tmp_path
             assert all(m["verifier/mean_step_score"] > 0 and m["rollout/unlocated_steps_frac"] == 0 for m in metrics)
         policy = AutoPeftModelForCausalLM.from_pretrained(str(out / "policy"))
         assert type(policy.get_base_model()).__name__ == "LlamaForCausalLM"
+        # accelerate's checkpoint holds the whole base model (1.1 GB); pytest keeps old tmp folders
+        for ckpt in out.glob("checkpoint-*"):
+            shutil.rmtree(ckpt)
