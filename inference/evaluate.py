@@ -143,6 +143,10 @@ class EvalArguments:
     batch_size: int = field(default=64, metadata={"help": "Sequences per generation batch of the backend."})
     verifier_batch_size: int = field(default=32, metadata={"help": "Paths per verifier forward pass."})
     device: str | None = field(default=None, metadata={"help": "Device of local models (default: cuda if available)."})
+    chat_template: bool = field(
+        default=True, metadata={"help": "hf: prompt through the tokenizer's chat template when it has one "
+                                        "(--no_chat_template: the plain prompt)."}
+    )
     chunk_size: int = field(default=50, metadata={"help": "Problems per chunk: one method call, then rows are saved."})
     n_world: int = field(default=500, metadata={"help": "World problems generated for --dataset world."})
     world_seed: int = field(default=0, metadata={"help": "Seed of the world problems."})
@@ -840,8 +844,9 @@ def run_from_args(args: EvalArguments, module: types.ModuleType, config: Any) ->
     problems, world_rows = load_problems(args)
     if not problems:
         raise EvaluationError(f"--dataset {args.dataset}: no problems to evaluate")
+    options = {"chat_template": args.chat_template, **backend_kwargs} if args.backend == "hf" else backend_kwargs
     generator = _Lazy(lambda: build_generator(args.backend, args.policy, batch_size=args.batch_size,
-                                              device=args.device, **backend_kwargs), "generator")
+                                              device=args.device, **options), "generator")
     verifier = None
     if args.verifier:
         from reward_models.load import BUILTIN, load_verifier, needs_policy
@@ -868,6 +873,8 @@ def run_from_args(args: EvalArguments, module: types.ModuleType, config: Any) ->
                 "backend_options": backend_kwargs or None, "batch_size": args.batch_size, "limit": args.limit}
     if args.dataset == "world" or args.dataset.startswith("world:"):
         run_info.update(n_world=args.n_world, world_seed=args.world_seed)
+    if not args.chat_template:  # recorded only when off, so runs from before the flag still resume
+        run_info["chat_template"] = False
     try:
         return evaluate(module, problems, generator, verifier, config, args.out, chunk_size=args.chunk_size,
                         run_info=run_info, verifier_is_reference=args.verifier == "exact", overwrite=args.overwrite,

@@ -1,7 +1,10 @@
 """Prompt templates: one place for every format a policy is trained on and prompted with.
 
-Plain-text templates (no chat template) so that tiny models trained from scratch and base models
-share them; the completions use StepCo's `<Step>...</Step>` tags and `<ans>...</ans>` answers.
+Plain-text templates so that tiny models trained from scratch and base models share them; the
+completions use StepCo's `<Step>...</Step>` tags and `<ans>...</ans>` answers. A model with a chat
+template (an instruct model) gets the same prompt as one conversation turn: `chat_prompt` puts the
+instruction in the user's message and whatever the prompt already wrote of the reply (the kept
+steps a generation continues) at the start of the assistant's.
 """
 
 from __future__ import annotations
@@ -11,6 +14,10 @@ from reasoning.steps import join_steps, prefix_text
 STEP_OPEN, STEP_CLOSE = "<Step>", "</Step>"
 ANS_OPEN, ANS_CLOSE = "<ans>", "</ans>"
 VERDICT_CORRECT, VERDICT_INCORRECT = "Verdict: correct", "Verdict: incorrect"
+
+# The line each template ends its instruction with; what follows it is the start of the reply.
+REPLY_HEADERS = ("Answer:\n", "Answer (exploratory, may contain mistakes):\n", "Revised answer:\n",
+                 "Clarified question:", "Check the proposed answer.\n")
 
 
 def solve_prompt(question: str, prefix_steps: list[str] | None = None) -> str:
@@ -67,3 +74,47 @@ def parse_verdict(text: str) -> bool | None:
     if VERDICT_CORRECT in text:
         return True
     return None
+
+
+def chat_turns(prompt: str) -> tuple[str, str]:
+    """(the user's message, the start of the assistant's reply) of a prompt built by this module.
+
+    The user's turn ends with the last reply header (`REPLY_HEADERS`) followed by the prompt's end
+    or a `<Step>`; the tagged steps after it start the reply. A prompt without one is all user
+    message.
+    """
+    cut = None
+    for header in REPLY_HEADERS:
+        start = prompt.find(header)
+        while start >= 0:
+            end = start + len(header)
+            rest = prompt[end:]
+            if (not rest or rest.startswith(STEP_OPEN)) and (cut is None or end > cut):
+                cut = end
+            start = prompt.find(header, start + 1)
+    if cut is None:
+        return prompt.strip(), ""
+    return prompt[:cut].strip(), prompt[cut:]
+
+
+def chat_prompt(tokenizer, prompt: str) -> str:
+    """`prompt` through `tokenizer`'s chat template: the instruction as the user's message, then the
+    assistant's turn opened and continued with the steps the prompt already holds (as text, special
+    tokens written out, to be tokenized without adding any)."""
+    user, reply = chat_turns(prompt)
+    opened = tokenizer.apply_chat_template([{"role": "user", "content": user}], tokenize=False,
+                                           add_generation_prompt=True)
+    return opened + reply
+
+
+def has_chat_template(tokenizer) -> bool:
+    """Whether `tokenizer` carries a chat template (an instruct model's tokenizer does)."""
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def format_prompts(tokenizer, prompts: list[str], chat_template: bool = True) -> list[str]:
+    """The prompts as the model reads them: through its chat template when it has one and
+    `chat_template` is on, else unchanged (the plain templates)."""
+    if not (chat_template and has_chat_template(tokenizer)):
+        return list(prompts)
+    return [chat_prompt(tokenizer, p) for p in prompts]

@@ -138,6 +138,8 @@ class AnnotateConfig:
     orm_batch_size: int = field(default=16, metadata={"help": "autopsv: ORM batch size per device."})
     orm_max_steps: int = field(default=-1, metadata={"help": "autopsv: ORM optimizer steps (-1: by epochs)."})
     orm_lora: bool = field(default=False, metadata={"help": "autopsv: train the ORM as a LoRA adapter."})
+    chat_template: bool = field(default=True, metadata={"help": "Prompt the policy through its tokenizer's chat "
+                                                                "template when it has one (false: plain prompts)."})
     overwrite: bool = field(default=False, metadata={"help": "Delete an existing output instead of resuming."})
     disable_tqdm: bool = field(default=False, metadata={"help": "No progress bar."})
 
@@ -160,6 +162,8 @@ class AnnotateConfig:
     def settings(self) -> dict[str, Any]:
         """What decides the rows (checked when resuming); not paths, batch sizes or display."""
         skip = {"out", "n", "batch_size", "gen_batch_size", "overwrite", "disable_tqdm", "orm_dir"}
+        if self.chat_template:  # recorded only when off, so files from before the flag still resume
+            skip.add("chat_template")
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
 
 
@@ -699,14 +703,15 @@ def _progress(iterable, cfg: AnnotateConfig, desc: str, total: int | None = None
 class _LazyHFGenerator:
     """The policy through the `hf` backend, loaded on the first generate call (a finished run never loads it)."""
 
-    def __init__(self, path: str, batch_size: int):
-        self.path, self.batch_size, self._generator = path, batch_size, None
+    def __init__(self, path: str, batch_size: int, chat_template: bool = True):
+        self.path, self.batch_size, self.chat_template, self._generator = path, batch_size, chat_template, None
 
     def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
         if self._generator is None:
             from inference.backends.hf import HFGenerator
 
-            self._generator = HFGenerator.from_pretrained(self.path, batch_size=self.batch_size)
+            self._generator = HFGenerator.from_pretrained(self.path, batch_size=self.batch_size,
+                                                          chat_template=self.chat_template)
         return self._generator.generate(prompts, params)
 
 
@@ -788,7 +793,7 @@ def annotate(
     extra: dict[str, Any] = {}
     try:
         if generator is None:
-            generator = _LazyHFGenerator(cfg.policy, cfg.gen_batch_size)
+            generator = _LazyHFGenerator(cfg.policy, cfg.gen_batch_size, cfg.chat_template)
         method: Callable[..., dict[str, list[dict]]]
         if cfg.method == "autopsv":
             orm = prepare_orm(generator, problems, cfg, stats, train_fn, verifier_factory)

@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def evaluate() -> list[dict]:
         policy.eval()
-        gen = HFGenerator(policy, tokenizer, batch_size=args.greedy_eval_batch_size)
+        gen = HFGenerator(policy, tokenizer, batch_size=args.greedy_eval_batch_size, chat_template=args.chat_template)
         return greedy_eval(gen, problems, max_new_tokens=args.max_new_tokens)["rows"]
 
     before_file = out / "eval_before_rows.jsonl"

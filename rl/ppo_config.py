@@ -87,6 +87,11 @@ class StepPPOConfig(TrainingArguments):
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of rollouts."})
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling of rollouts."})
     max_new_tokens: int = field(default=128, metadata={"help": "Response length limit."})
+    chat_template: bool = field(
+        default=True,
+        metadata={"help": "Prompt the policy through its tokenizer's chat template when it has one, in rollouts "
+                          "and greedy evaluation alike (false: the plain prompt)."},
+    )
     rollout_backend: str = field(default="hf", metadata={"help": "hf (transformers generate) or vllm (GPU)."})
     vllm_gpu_memory_utilization: float = field(
         default=0.3,

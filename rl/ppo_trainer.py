@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from reasoning.grading import grade
-from reasoning.prompts import solve_prompt
+from reasoning.prompts import format_prompts, solve_prompt
 from reasoning.steps import split_steps
 from reasoning.types import Problem
 from reward_models.annotate import has_answer
@@ -191,7 +191,7 @@ class StepPPOTrainer:
     def generate(self, update: int) -> Rollouts:
         args, tok = self.args, self.tokenizer
         problems = [p for p in self._prompts_for_update(update) for _ in range(args.samples_per_prompt)]
-        prompts = [solve_prompt(p.question) for p in problems]
+        prompts = format_prompts(tok, [solve_prompt(p.question) for p in problems], args.chat_template)
         torch.manual_seed(args.seed * 100003 + update * 1009 + self.accelerator.process_index)
         if args.rollout_backend == "vllm":
             response_lists = self._generate_vllm(prompts)
@@ -542,7 +542,8 @@ class StepPPOTrainer:
         policy = self._unwrapped_policy()
         was_training = policy.training
         policy.eval()
-        gen = HFGenerator(policy, self.tokenizer, batch_size=self.args.greedy_eval_batch_size)
+        gen = HFGenerator(policy, self.tokenizer, batch_size=self.args.greedy_eval_batch_size,
+                          chat_template=self.args.chat_template)
         result = greedy_eval(gen, self.eval_problems, max_new_tokens=self.args.max_new_tokens)
         if was_training:
             policy.train()
@@ -562,7 +563,8 @@ class StepPPOTrainer:
         policy = self._unwrapped_policy()
         was_training = policy.training
         policy.eval()
-        gen = HFGenerator(policy, self.tokenizer, batch_size=args.greedy_eval_batch_size)
+        gen = HFGenerator(policy, self.tokenizer, batch_size=args.greedy_eval_batch_size,
+                          chat_template=args.chat_template)
         greedy = greedy_eval(gen, self.probe_problems, max_new_tokens=args.max_new_tokens)
         out = {"probe/greedy_accuracy": greedy["summary"]["accuracy"]}
         if self.probe_wrong_at_start is None:

