@@ -48,6 +48,7 @@ from rl.step_rewards import (
     assign_rewards,
     char_to_token_positions,
     clip_rewards,
+    credited_steps,
     offsets_from_token_ids,
     shape_step_rewards,
     step_end_char_positions,
@@ -349,8 +350,8 @@ class StepPPOTrainer:
             totals.append(sum(placed))
             # where a reward was placed: every located step end, and the last token when something
             # is paid there (an outcome or gold reward, a penalty, or steps that could not be located)
-            for pos in positions:
-                reward_mask[i, pos] = 1.0
+            for k in (credited_steps(scores[i], args.reward_shaping) if positions else []):
+                reward_mask[i, positions[k]] = 1.0
             if not positions or args.reward in ("outcome", "gold", "step+gold") or penalty:
                 reward_mask[i, n_tokens - 1] = 1.0
         if args.reward_clip is not None:

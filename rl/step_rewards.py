@@ -39,6 +39,7 @@ __all__ = [
     "assign_rewards",
     "char_to_token_positions",
     "clip_rewards",
+    "credited_steps",
     "decode_with_offsets",
     "offsets_from_token_ids",
     "shape_step_rewards",
@@ -318,6 +319,17 @@ def shape_step_rewards(scores: Sequence[float], mode: str) -> list[float]:
         weakest = min(range(len(p)), key=lambda k: (p[k], k))
         rewards[weakest] = p[weakest]
     return rewards
+
+
+def credited_steps(scores: Sequence[float], mode: str) -> list[int]:
+    """Indices of the steps that carry a reward under `mode`: every step, except under "min", where
+    only the weakest one does (the earliest of equal weakest, as `shape_step_rewards` picks it).
+    A critic-free group estimator normalises only these rewards: under "min" a path has one."""
+    if mode not in SHAPING_MODES:
+        raise ValueError(f"mode must be one of {', '.join(SHAPING_MODES)}; got {mode!r}")
+    if mode != "min":
+        return list(range(len(scores)))
+    return [min(range(len(scores)), key=lambda k: (float(scores[k]), k))] if len(scores) else []
 
 
 def assign_rewards(

@@ -493,3 +493,24 @@ def test_output_dir_holds_one_run(models, tmp_path, capsys):
     assert checkpoint_curve.main(["--output_dir", str(out), "--num_threads", "1"]) == 0
     curve = json.loads((out / "checkpoint_curve.json").read_text())
     assert [c["update"] for c in curve["curve"]] == [1, 2] and curve["n"] == 6
+
+
+def test_group_estimator_normalises_only_credited_rewards(models, tmp_path):
+    """The reward mask marks the tokens a group estimator normalises: every step end (raw), the
+    weakest step's end alone (min-form credit), and the last token for outcome rewards."""
+    for shaping, marked in (("raw", 3), ("min", 1)):
+        trainer, tok, train = make_trainer(models, tmp_path, FixedVerifier([0.9, 0.2, 0.6]), reward="step",
+                                           reward_shaping=shaping, advantage_estimator="group")
+        text = join_steps(THREE_STEPS)
+        batch, _ = rollouts_from_texts(trainer, tok, train[:1], [text])
+        rewards, _ = trainer.rewards(batch)
+        mask = batch.reward_mask[0]
+        assert int(mask.sum().item()) == marked, shaping
+        if shaping == "min":  # the mark sits on the weakest (second) step's closing tag
+            assert mask[close_tag_token(tok, text, 1)] == 1 and rewards[0, close_tag_token(tok, text, 1)] == 0.2
+    trainer, tok, train = make_trainer(models, tmp_path, FixedVerifier([0.9, 0.2, 0.6]), reward="outcome",
+                                       reward_shaping="min", outcome_aggregation="min", advantage_estimator="group")
+    batch, ids = rollouts_from_texts(trainer, tok, train[:1], [join_steps(THREE_STEPS)])
+    rewards, _ = trainer.rewards(batch)
+    assert batch.reward_mask[0].nonzero().flatten().tolist() == [len(ids[0]) - 1]
+    assert rewards[0, len(ids[0]) - 1].item() == pytest.approx(0.2)

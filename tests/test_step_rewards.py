@@ -347,3 +347,14 @@ def test_running_mean_std_matches_one_pass_statistics():
         rms.update(chunk)
     assert rms.mean == pytest.approx(values.mean().item(), rel=1e-12)
     assert rms.var == pytest.approx(values.var(unbiased=False).item(), rel=1e-10)
+
+
+def test_credited_steps():
+    from rl.step_rewards import credited_steps
+
+    assert credited_steps([0.9, 0.2, 0.6], "raw") == [0, 1, 2]
+    assert credited_steps([0.9, 0.2, 0.6], "delta") == [0, 1, 2]
+    assert credited_steps([0.9, 0.2, 0.2], "min") == [1]  # the earliest of equal weakest
+    assert credited_steps([], "min") == []
+    with pytest.raises(ValueError):
+        credited_steps([0.5], "sum")

@@ -1,0 +1,124 @@
+"""The RL comparison on one world: reward modes (and the TRL GRPO peer) over seeds, on the same
+test problems, in one table and one plot.
+
+    python scripts/rl_comparison.py outputs/ppo_compare/{step,outcome,gold,grpo_trl}_s{0,1,2} \
+        --out outputs/ppo_compare/comparison
+
+A run folder is `NAME_sSEED` (the name groups seeds) written by `rl/ppo_step.py` or
+`scripts/grpo_peer.py`: `eval.json`, `eval_before_rows.jsonl`, `eval_after_rows.jsonl` and
+`metrics.jsonl` with probe rows (`probe/greedy_accuracy` every few updates). Writes OUT.md (the
+table), OUT.json and OUT.png (probe greedy accuracy against rollouts: the mean over seeds, the
+band from the lowest to the highest seed) and prints the table. Per run: the greedy change on the
+test problems with its paired 95% interval; per name: the mean change over seeds, its spread, the
+pooled interval (all seeds' rows paired by problem), the rollouts at which the probe first stood 5
+points above its start, and seconds per update.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from reasoning.stats import paired_bootstrap_diff  # noqa: E402
+
+
+def _rows(path: Path) -> dict[str, float]:
+    return {r["id"]: float(r["correct"]) for r in map(json.loads, path.read_text().splitlines()) if r}
+
+
+def _probe(run: Path, responses_per_update: int) -> list[tuple[int, float]]:
+    points = []
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if "probe/greedy_accuracy" in row:
+            rollouts = row.get("rollouts", row["update"] * responses_per_update)
+            points.append((rollouts, row["probe/greedy_accuracy"]))
+    return points
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+")
+    parser.add_argument("--out", required=True, help="path prefix of the .md, .json and .png written")
+    parser.add_argument("--target", type=float, default=0.05, help="the probe gain whose rollouts are reported")
+    parser.add_argument("--resamples", type=int, default=2000)
+    args = parser.parse_args(argv)
+    groups: dict[str, list[Path]] = defaultdict(list)
+    for run in map(Path, args.runs):
+        if not (run / "eval.json").exists():
+            print(f"error: {run}: no eval.json (not a finished run)", file=sys.stderr)
+            return 2
+        m = re.fullmatch(r"(.+)_s(\d+)", run.name)
+        groups[m.group(1) if m else run.name].append(run)
+    result: dict[str, dict] = {}
+    lines = ["| run | seeds | greedy before | greedy after (mean) | change per seed | mean change (min, max) | "
+             "pooled change [95% CI] | rollouts to +5 on the probe | s/update |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    curves = {}
+    for name, runs in groups.items():
+        changes, befores, afters, pooled_b, pooled_a, reach, speed, per_seed = [], [], [], [], [], [], [], []
+        for run in sorted(runs):
+            ev = json.loads((run / "eval.json").read_text())
+            b, a = _rows(run / "eval_before_rows.jsonl"), _rows(run / "eval_after_rows.jsonl")
+            ids = sorted(set(b) & set(a))
+            x, y = [b[i] for i in ids], [a[i] for i in ids]
+            d = paired_bootstrap_diff(x, y, resamples=args.resamples)
+            changes.append(d["diff"])
+            per_seed.append(f"{d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]")
+            befores.append(sum(x) / len(x))
+            afters.append(sum(y) / len(y))
+            pooled_b += x
+            pooled_a += y
+            speed.append(ev["train_seconds"] / ev["updates"])
+            points = _probe(run, ev["responses_per_update"])
+            curves.setdefault(name, []).append(points)
+            start = points[0][1] if points else None
+            hit = next((r for r, acc in points if start is not None and acc - start >= args.target - 1e-9), None)
+            reach.append(hit)
+        pooled = paired_bootstrap_diff(pooled_b, pooled_a, resamples=args.resamples)
+        mean = sum(changes) / len(changes)
+        reached = ", ".join("—" if r is None else str(r) for r in reach)
+        result[name] = {"seeds": len(runs), "changes": changes, "mean_change": mean, "pooled": pooled,
+                        "before": befores, "after": afters, "rollouts_to_target": reach,
+                        "seconds_per_update": sum(speed) / len(speed)}
+        lines.append(f"| {name} | {len(runs)} | {sum(befores) / len(befores):.3f} | {sum(afters) / len(afters):.3f} | "
+                     f"{'; '.join(per_seed)} | {mean:+.3f} ({min(changes):+.3f}, {max(changes):+.3f}) | "
+                     f"{pooled['diff']:+.3f} [{pooled['ci_low']:+.3f}, {pooled['ci_high']:+.3f}] | {reached} | "
+                     f"{sum(speed) / len(speed):.1f} |")
+    table = "\n".join(lines)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".md").write_text(table + "\n")
+    out.with_suffix(".json").write_text(json.dumps(result, indent=2))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, runs in curves.items():
+        xs = sorted({r for points in runs for r, _ in points if all(r in dict(p) for p in runs)})
+        if not xs:
+            continue
+        values = [[dict(points)[x] for points in runs] for x in xs]
+        mean = [sum(v) / len(v) for v in values]
+        ax.plot(xs, mean, marker="o", markersize=3, label=f"{name} ({len(runs)} seeds)")
+        ax.fill_between(xs, [min(v) for v in values], [max(v) for v in values], alpha=0.15)
+    ax.set_xlabel("rollouts (responses sampled)")
+    ax.set_ylabel("greedy accuracy on the probe problems")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out.with_suffix(".png"), dpi=120)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
