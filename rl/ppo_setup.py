@@ -62,7 +62,7 @@ def ensure_default_models(args: StepPPOConfig, is_main: bool) -> None:
         return
     if args.policy == DEFAULT_POLICY and not Path(args.policy).exists():
         build_default_policy(args.policy)
-    if args.verifier == DEFAULT_VERIFIER and not Path(args.verifier).exists():
+    if args.reward != "gold" and args.verifier == DEFAULT_VERIFIER and not Path(args.verifier).exists():
         build_default_verifier(args.policy, args.verifier)
 
 

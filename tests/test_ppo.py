@@ -45,7 +45,9 @@ def models(tmp_path_factory):
 
 
 def tiny_args(models, out, *extra):
-    return ["--policy", str(models / "policy"), "--verifier", str(models / "psv"), "--output_dir", str(out),
+    # the step reward and a critic (GAE), as these tests were written for; a flag in `extra` overrides
+    return ["--reward", "step", "--advantage_estimator", "gae",
+            "--policy", str(models / "policy"), "--verifier", str(models / "psv"), "--output_dir", str(out),
             "--build_missing", "false", "--num_updates", "2", "--prompts_per_update", "4", "--samples_per_prompt", "2",
             "--n_prompts", "16", "--n_eval", "6", "--max_new_tokens", "24", "--num_mini_batches", "2",
             "--ppo_epochs", "1", "--save_steps", "1", "--disable_tqdm", "true", "--learning_rate", "1e-3",
@@ -70,7 +72,7 @@ def make_trainer(models, tmp_path, verifier, **overrides):
     fields = dict(output_dir=str(tmp_path / "run"), policy=str(models / "policy"), verifier=str(models / "psv"),
                   build_missing=False, n_prompts=8, n_eval=4, prompts_per_update=2, samples_per_prompt=2,
                   max_new_tokens=16, num_mini_batches=2, report_to="none", disable_tqdm=True,
-                  critic_warmup_updates=0)
+                  critic_warmup_updates=0, reward="step", advantage_estimator="gae")
     fields.update(overrides)
     args = StepPPOConfig(**fields)
     train, _ = load_problems("world", args.n_prompts, args, "train")

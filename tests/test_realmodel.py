@@ -230,7 +230,7 @@ def test_ppo_step_lora_gold_then_step_with_the_psv(smollm2, psv, gsm8k, tmp_path
               "--build_missing", "false", "--use_peft", "true", "--lora_r", 4, "--num_updates", 2,
               "--prompts_per_update", 2, "--samples_per_prompt", 2, "--max_new_tokens", 32, "--num_mini_batches", 1,
               "--ppo_epochs", 1, "--critic_warmup_updates", 0, "--save_steps", 0, "--disable_tqdm", "true",
-              "--num_threads", 1, "--report_to", "none", "--learning_rate", "1e-4"]
+              "--num_threads", 1, "--report_to", "none", "--learning_rate", "1e-4", "--n_probe", 0]
     # step: longer responses, so that they have several steps whose ends take the rewards
     for reward, extra in (("gold", []), ("step", ["--verifier", psv, "--max_new_tokens", 48])):
         out = tmp_path / reward
