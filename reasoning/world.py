@@ -541,13 +541,14 @@ class _Reading:
             if key in done or (only is not None and key != only):
                 continue
             q = self.quantities[key]
+            inverse_op, _ = misread_relation(q, ("inverse",))
+            _, stale_args = misread_relation(q, ("stale",))
             for values in (self.true, path):
                 operands = self.operands(key, values)
-                if q.get("inverse") and q["op"] in INVERSE_OP and sym == OP_SYMBOL[INVERSE_OP[q["op"]]] \
-                        and [x, y] == operands:
+                if inverse_op != q["op"] and sym == OP_SYMBOL[inverse_op] and [x, y] == operands:
                     return "misread_inverse"
-                stale = [self.true[a.partition("@")[0]] if isinstance(a, str) and a.endswith("@now") else v
-                         for a, v in zip(q["args"], operands)]
+                # the stale reading's operands: the count before the event, the others as carried
+                stale = [self.true[a] if a != b else v for a, b, v in zip(stale_args, q["args"], operands)]
                 if stale != operands and sym == OP_SYMBOL[q["op"]] and _same(sym, [x, y], stale):
                     return "misread_stale"
         return None
@@ -748,6 +749,18 @@ def _try_corrupt(spec, quantities, order, i, kind, rng) -> list[str] | None:
 # A weaker teacher: solutions that take the plausible wrong reading of a decision, consistently.
 
 
+def misread_relation(q: dict[str, Any], misread: tuple[str, ...] | set[str]) -> tuple[str | None, list[Any]]:
+    """A quantity's operation and operands as a reader who misreads the given kinds writes them:
+    `inverse` swaps the operation of an inversely phrased relation (add <-> sub, mul <-> div);
+    `stale` takes a person's count before their event ('Hal@now' -> 'Hal') in a relation."""
+    op, operands = q["op"], list(q["args"])
+    if "inverse" in misread and q.get("inverse") and op in INVERSE_OP:
+        op = INVERSE_OP[op]
+    if "stale" in misread and op in RELATION_OPS:
+        operands = [a.partition("@")[0] if isinstance(a, str) and a.endswith("@now") else a for a in operands]
+    return op, operands
+
+
 def misreadings_of(problem: Problem | dict[str, Any]) -> list[str]:
     """The kinds in MISREADINGS that a teacher could get wrong in this problem's solution."""
     return [kind for kind in MISREADINGS if teacher_solution(problem, (kind,)) is not None]
@@ -769,12 +782,7 @@ def teacher_solution(problem: Problem | dict[str, Any], misread: tuple[str, ...]
     ops: dict[str, str | None] = {}
     args: dict[str, list[Any]] = {}
     for key, q in quantities.items():
-        op, operands = q["op"], list(q["args"])
-        if "inverse" in misread and q.get("inverse") and op in INVERSE_OP:
-            op = INVERSE_OP[op]
-        if "stale" in misread and op in RELATION_OPS:
-            operands = [a.partition("@")[0] if isinstance(a, str) and a.endswith("@now") else a for a in operands]
-        ops[key], args[key] = op, operands
+        ops[key], args[key] = misread_relation(q, misread)
     needed, stack = set(), [spec["target"]]
     while stack:
         key = stack.pop()

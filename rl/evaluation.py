@@ -14,6 +14,14 @@ from reasoning.types import Problem
 from reasoning.world import error_kind
 
 
+def stated_and_correct(text: str, problem: Problem) -> bool:
+    """Right by the gold answer, counting only a stated answer (<ans>, "the answer is", \\boxed), not
+    a trailing number: the reward of PPO's gold mode and of the peer runs that compare with it."""
+    from reward_models.annotate import has_answer
+
+    return bool(problem.answer) and has_answer(text) and grade(text, problem).correct
+
+
 def greedy_eval(generator, problems: list[Problem], max_new_tokens: int = 192) -> dict[str, Any]:
     """Accuracy of greedy decoding, with per-problem rows and, on world problems, the error mix."""
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)

@@ -33,14 +33,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from reasoning.grading import grade
 from reasoning.prompts import format_prompts, solve_prompt
 from reasoning.steps import split_steps
 from reasoning.types import Problem
 from reward_models.annotate import has_answer
 from reward_models.verifier import aggregate
 from rl import ppo_math as M
-from rl.evaluation import compare_greedy_rows
+from rl.evaluation import compare_greedy_rows, stated_and_correct
 from rl.ppo_config import StepPPOConfig
 from rl.run_dir import prepare_run_dir
 from rl.step_rewards import (
@@ -328,9 +327,8 @@ class StepPPOTrainer:
                 stats["verifier_total"] += sum(step_rewards) + outcome
             elif use_verifier:
                 stats["no_steps"] += 1
-            # a stated answer (<ans>, "the answer is", \boxed), not a trailing number, is what counts
             stated = has_answer(batch.texts[i])
-            correct = bool(batch.problems[i].answer) and stated and grade(batch.texts[i], batch.problems[i]).correct
+            correct = stated_and_correct(batch.texts[i], batch.problems[i])
             stats["correct"] += int(correct)
             if use_gold:
                 g = args.gold_reward_weight * float(correct)
@@ -536,19 +534,26 @@ class StepPPOTrainer:
     # ------------------------------------------------------------------------------------------
     # evaluation, checkpoints, the loop
 
-    def greedy_eval(self) -> dict[str, Any]:
+    @contextmanager
+    def _eval_generator(self):
+        """An HF generator over the policy in eval mode (train mode restored after)."""
         from inference.backends.hf import HFGenerator
-        from rl.evaluation import greedy_eval
 
         policy = self._unwrapped_policy()
         was_training = policy.training
         policy.eval()
-        gen = HFGenerator(policy, self.tokenizer, batch_size=self.args.greedy_eval_batch_size,
-                          chat_template=self.args.chat_template)
-        result = greedy_eval(gen, self.eval_problems, max_new_tokens=self.args.max_new_tokens)
-        if was_training:
-            policy.train()
-        return result
+        try:
+            yield HFGenerator(policy, self.tokenizer, batch_size=self.args.greedy_eval_batch_size,
+                              chat_template=self.args.chat_template)
+        finally:
+            if was_training:
+                policy.train()
+
+    def greedy_eval(self) -> dict[str, Any]:
+        from rl.evaluation import greedy_eval
+
+        with self._eval_generator() as gen:
+            return greedy_eval(gen, self.eval_problems, max_new_tokens=self.args.max_new_tokens)
 
     def probe(self) -> dict[str, float]:
         """The learning curve as the run goes: greedy accuracy on the fixed probe problems, and the
@@ -557,31 +562,23 @@ class StepPPOTrainer:
         greedy already solves; learning shows as greedy accuracy rising and as more right samples
         on the problems it started out getting wrong."""
         from inference.backends.base import SamplingParams
-        from inference.backends.hf import HFGenerator
-        from rl.evaluation import greedy_eval
+        from rl.evaluation import greedy_eval, stated_and_correct
 
         args = self.args
-        policy = self._unwrapped_policy()
-        was_training = policy.training
-        policy.eval()
-        gen = HFGenerator(policy, self.tokenizer, batch_size=args.greedy_eval_batch_size,
-                          chat_template=args.chat_template)
-        greedy = greedy_eval(gen, self.probe_problems, max_new_tokens=args.max_new_tokens)
-        out = {"probe/greedy_accuracy": greedy["summary"]["accuracy"]}
-        if self.probe_wrong_at_start is None:
-            self.probe_wrong_at_start = [r["id"] for r in greedy["rows"] if not r["correct"]]
-            (self.out / "probe_wrong_at_start.json").write_text(json.dumps(self.probe_wrong_at_start))
-        wrong = set(self.probe_wrong_at_start)
-        hard = [p for p in self.probe_problems if p.id in wrong]
-        if hard:
-            params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                                    top_p=args.top_p, n=args.samples_per_prompt, seed=args.seed + self.update)
-            completions = gen.generate([solve_prompt(p.question) for p in hard], params)
-            right = sum(has_answer(c.text) and grade(c.text, p).correct
-                        for p, group in zip(hard, completions) for c in group)
-            out["probe/sampled_accuracy_wrong_at_start"] = right / (len(hard) * args.samples_per_prompt)
-        if was_training:
-            policy.train()
+        with self._eval_generator() as gen:
+            greedy = greedy_eval(gen, self.probe_problems, max_new_tokens=args.max_new_tokens)
+            out = {"probe/greedy_accuracy": greedy["summary"]["accuracy"]}
+            if self.probe_wrong_at_start is None:
+                self.probe_wrong_at_start = [r["id"] for r in greedy["rows"] if not r["correct"]]
+                (self.out / "probe_wrong_at_start.json").write_text(json.dumps(self.probe_wrong_at_start))
+            wrong = set(self.probe_wrong_at_start)
+            hard = [p for p in self.probe_problems if p.id in wrong]
+            if hard:
+                params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                                        top_p=args.top_p, n=args.samples_per_prompt, seed=args.seed + self.update)
+                completions = gen.generate([solve_prompt(p.question) for p in hard], params)
+                right = sum(stated_and_correct(c.text, p) for p, group in zip(hard, completions) for c in group)
+                out["probe/sampled_accuracy_wrong_at_start"] = right / (len(hard) * args.samples_per_prompt)
         return out
 
     def save_checkpoint(self) -> Path:

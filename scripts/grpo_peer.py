@@ -71,12 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     from trl import GRPOConfig, GRPOTrainer
 
     from inference.backends.hf import HFGenerator
-    from reasoning.grading import grade
     from reasoning.prompts import solve_prompt
     from reasoning.types import Problem
     from reasoning.world import generate, row_to_problem, world_config_of
-    from reward_models.annotate import has_answer
-    from rl.evaluation import compare_greedy_rows, greedy_eval
+    from rl.evaluation import compare_greedy_rows, greedy_eval, stated_and_correct
     from rl.ppo_setup import PROMPT_SEED_OFFSET
 
     out = Path(args.output_dir)
@@ -102,8 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         return result
 
     def gold(prompts, completions, answer, **_):
-        return [float(has_answer(c) and grade(c, Problem(id="", question="", answer=a)).correct)
-                for c, a in zip(completions, answer)]
+        return [float(stated_and_correct(c, Problem(id="", question="", answer=a))) for c, a in zip(completions, answer)]
 
     batch = args.prompts_per_update * args.samples_per_prompt
     steps_per_update = args.ppo_epochs * args.num_mini_batches

@@ -55,12 +55,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from inference.backends.base import SamplingParams
     from inference.backends.hf import HFGenerator
-    from reasoning.grading import grade
     from reasoning.prompts import solve_prompt
     from reasoning.steps import split_steps
     from reasoning.world import generate, row_to_problem, world_config_of
     from reward_models.annotate import has_answer
-    from rl.evaluation import compare_greedy_rows, greedy_eval
+    from rl.evaluation import compare_greedy_rows, greedy_eval, stated_and_correct
     from rl.ppo_setup import PROMPT_SEED_OFFSET
 
     out = Path(args.output_dir)
@@ -86,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         verifier = load_verifier(args.verifier, args.policy)
     for problem, group in zip(train, samples):
         for c in group:
-            correct = has_answer(c.text) and grade(c.text, problem).correct
+            correct = stated_and_correct(c.text, problem)
             right += correct
             if args.accept == "answer" and correct:
                 kept.append({"prompt": solve_prompt(problem.question), "completion": c.text})
