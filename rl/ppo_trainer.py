@@ -57,7 +57,7 @@ from rl.step_rewards import (
 class PolicyAndCritic(nn.Module):
     """The policy (causal LM) and the critic (one scalar per token) as one module."""
 
-    def __init__(self, policy: nn.Module, critic: nn.Module):
+    def __init__(self, policy: nn.Module, critic: nn.Module | None):
         super().__init__()
         self.policy = policy
         self.critic = critic
@@ -65,7 +65,7 @@ class PolicyAndCritic(nn.Module):
     def forward(self, input_ids, attention_mask, position_ids, with_values: bool = True):
         logits = self.policy(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
         values = None
-        if with_values:
+        if with_values and self.critic is not None:
             values = self.critic(input_ids=input_ids, attention_mask=attention_mask,
                                  position_ids=position_ids).logits.squeeze(-1)
         return logits, values
@@ -126,13 +126,16 @@ class StepPPOTrainer:
 
             ref_policy = copy.deepcopy(policy).requires_grad_(False).eval()
         if config.advantage_estimator != "gae":
-            critic.requires_grad_(False)  # no critic loss: frozen, so DDP sees no unused trainable weights
+            # critic-free estimators: a critic would only cost a model's memory, its forwards and a
+            # saved copy (a whole second 7B model on the GPU recipes), so none is kept
+            critic = None
+        elif critic is None:
+            raise ValueError("--advantage_estimator gae needs a critic")
         self.model = PolicyAndCritic(policy, critic)
-        params = [
-            {"params": [p for p in policy.parameters() if p.requires_grad], "lr": config.learning_rate},
-            {"params": [p for p in critic.parameters() if p.requires_grad],
-             "lr": config.critic_learning_rate or config.learning_rate},
-        ]
+        params = [{"params": [p for p in policy.parameters() if p.requires_grad], "lr": config.learning_rate}]
+        if critic is not None:
+            params.append({"params": [p for p in critic.parameters() if p.requires_grad],
+                           "lr": config.critic_learning_rate or config.learning_rate})
         self.optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay,
                                            eps=config.adam_epsilon, betas=(config.adam_beta1, config.adam_beta2))
         from transformers import get_scheduler
@@ -680,7 +683,8 @@ class StepPPOTrainer:
             policy = self._unwrapped_policy()
             _save_policy(policy, self.tokenizer, self.out / "policy")
             critic = self.accelerator.unwrap_model(self.model).critic
-            critic.save_pretrained(str(self.out / "critic"))
+            if critic is not None:
+                critic.save_pretrained(str(self.out / "critic"))
             result = {"updates": self.update, "skipped_batches": self.skipped_batches, "reward": args.reward,
                       "reward_shaping": args.reward_shaping, "advantage_estimator": args.advantage_estimator,
                       "processes": self.accelerator.num_processes,
