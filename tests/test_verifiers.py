@@ -170,3 +170,31 @@ def test_combined_verifier_product_and_min():
         CombinedVerifier([a, short]).score(["q", "r"], paths)
     with pytest.raises(VerifierInputError, match="zero steps"):
         CombinedVerifier([a, b]).score(["q"], [[]])
+
+
+def test_verifier_separation_pairs_and_shares(tmp_path):
+    """The separation probe pairs each gold solution with the teacher's misreading at the step
+    where they first differ (which the checker calls that misreading), the exact checker
+    separates every pair, and a verifier that prefers the misreading separates none."""
+    import json
+
+    from reasoning.world import error_kind, generate
+    from scripts.verifier_separation import main, pairs_of, separation
+
+    rows = generate("dev", 80, 0)
+    pairs = pairs_of(rows)
+    assert {p["kind"] for p in pairs} == {"inverse", "stale"}
+    for p in pairs:
+        assert p["gold"][: p["first"]] == p["bad"][: p["first"]] and p["gold"][p["first"]] != p["bad"][p["first"]]
+        assert error_kind(p["row"], p["bad"]) == f"misread_{p['kind']}"
+    backwards = separation(pairs, [[0.2] * len(p["gold"]) for p in pairs], [[0.9] * len(p["bad"]) for p in pairs])
+    assert backwards["first_diff_gold_higher"] == 0.0 and backwards["min_gold_higher"] == 0.0
+    assert separation([], [], [])["first_diff_gold_higher"] is None
+
+    out = tmp_path / "sep.json"
+    assert main(["--verifier", "exact", "--n", "80", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["pairs"] == len(pairs)
+    assert result["first_diff_gold_higher"] == 1.0 and result["min_gold_higher"] == 1.0
+    assert set(result["by_kind"]) == {"inverse", "stale"}
+    assert main(["--verifier", "exact", "--n", "0"]) == 2
