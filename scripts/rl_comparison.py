@@ -11,7 +11,8 @@ table), OUT.json and OUT.png (probe greedy accuracy against rollouts: the mean o
 band from the lowest to the highest seed) and prints the table. Per run: the greedy change on the
 test problems with its paired 95% interval; per name: the mean change over seeds, its spread, the
 pooled interval (all seeds' rows paired by problem), the rollouts at which the probe first stood 5
-points above its start, and seconds per update.
+points above its start, seconds per update, and the difference in greedy accuracy after training
+against the first name on the command line, paired by seed and problem over the seeds both have.
 """
 
 from __future__ import annotations
@@ -42,6 +43,27 @@ def _probe(run: Path, responses_per_update: int) -> list[tuple[int, float]]:
     return points
 
 
+def against_first(first: dict[str, dict[str, float]], other: dict[str, dict[str, float]],
+                  resamples: int) -> dict | None:
+    """Greedy accuracy after training, `other` minus `first`, paired by (seed, problem) over the seeds
+    both ran; None when they share no seed."""
+    seeds = sorted(set(first) & set(other))
+    x, y = [], []
+    for seed in seeds:
+        ids = sorted(set(first[seed]) & set(other[seed]))
+        x += [first[seed][i] for i in ids]
+        y += [other[seed][i] for i in ids]
+    if not x:
+        return None
+    return {"seeds": seeds, **paired_bootstrap_diff(x, y, resamples=resamples)}
+
+
+def _versus_cell(versus: dict | None) -> str:
+    if versus is None:
+        return "—"
+    return f"{versus['diff']:+.3f} [{versus['ci_low']:+.3f}, {versus['ci_high']:+.3f}] ({len(versus['seeds'])} seeds)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+")
@@ -58,14 +80,17 @@ def main(argv: list[str] | None = None) -> int:
         groups[m.group(1) if m else run.name].append(run)
     result: dict[str, dict] = {}
     lines = ["| run | seeds | greedy before | greedy after (mean) | change per seed | mean change (min, max) | "
-             "pooled change [95% CI] | rollouts to +5 on the probe | s/update |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "pooled change [95% CI] | rollouts to +5 on the probe | s/update | after − first [95% CI] |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     curves = {}
+    after_rows: dict[str, dict[str, dict[str, float]]] = {}  # name -> seed -> problem -> correct
+    first = next(iter(groups))
     for name, runs in groups.items():
         changes, befores, afters, pooled_b, pooled_a, reach, speed, per_seed = [], [], [], [], [], [], [], []
         for run in sorted(runs):
             ev = json.loads((run / "eval.json").read_text())
             b, a = _rows(run / "eval_before_rows.jsonl"), _rows(run / "eval_after_rows.jsonl")
+            after_rows.setdefault(name, {})[run.name.rpartition("_s")[2]] = a
             ids = sorted(set(b) & set(a))
             x, y = [b[i] for i in ids], [a[i] for i in ids]
             d = paired_bootstrap_diff(x, y, resamples=args.resamples)
@@ -84,13 +109,14 @@ def main(argv: list[str] | None = None) -> int:
         pooled = paired_bootstrap_diff(pooled_b, pooled_a, resamples=args.resamples)
         mean = sum(changes) / len(changes)
         reached = ", ".join("—" if r is None else str(r) for r in reach)
+        versus = against_first(after_rows[first], after_rows[name], args.resamples) if name != first else None
         result[name] = {"seeds": len(runs), "changes": changes, "mean_change": mean, "pooled": pooled,
                         "before": befores, "after": afters, "rollouts_to_target": reach,
-                        "seconds_per_update": sum(speed) / len(speed)}
+                        "seconds_per_update": sum(speed) / len(speed), "after_minus_first": versus}
         lines.append(f"| {name} | {len(runs)} | {sum(befores) / len(befores):.3f} | {sum(afters) / len(afters):.3f} | "
                      f"{'; '.join(per_seed)} | {mean:+.3f} ({min(changes):+.3f}, {max(changes):+.3f}) | "
                      f"{pooled['diff']:+.3f} [{pooled['ci_low']:+.3f}, {pooled['ci_high']:+.3f}] | {reached} | "
-                     f"{sum(speed) / len(speed):.1f} |")
+                     f"{sum(speed) / len(speed):.1f} | {_versus_cell(versus)} |")
     table = "\n".join(lines)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

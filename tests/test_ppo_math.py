@@ -343,3 +343,16 @@ def test_explained_variance():
     assert ppo_math.explained_variance(returns, returns, mask) == pytest.approx(1.0)
     assert ppo_math.explained_variance(torch.full_like(returns, 2.0), returns, mask) == pytest.approx(0.0, abs=1e-6)
     assert ppo_math.explained_variance(-returns, returns, mask) < 0
+
+
+def test_rl_comparison_pairs_runs_by_seed_and_problem():
+    """`scripts/rl_comparison.py`'s difference against the first run name pairs the same seed's
+    after-training rows problem by problem and ignores seeds only one name ran."""
+    from scripts.rl_comparison import against_first
+
+    first = {"0": {"a": 0.0, "b": 1.0, "c": 0.0}, "1": {"a": 1.0, "b": 1.0, "c": 0.0}}
+    other = {"0": {"a": 1.0, "b": 1.0, "c": 1.0, "extra": 1.0}, "2": {"a": 0.0, "b": 0.0, "c": 0.0}}
+    got = against_first(first, other, resamples=200)
+    assert got["seeds"] == ["0"]  # seed 1 and seed 2 are not shared
+    assert abs(got["diff"] - 2 / 3) < 1e-9 and got["ci_low"] <= got["diff"] <= got["ci_high"]
+    assert against_first(first, {"7": {"a": 1.0}}, resamples=200) is None
