@@ -532,3 +532,29 @@ def test_methods_run_end_to_end_on_a_tiny_model(tiny, name):
     if name in ("stepco", "pathco"):  # the untrained model's paths are wrong: the loop revises them
         assert sum(o.trace["revisions"] for o in out) > 0
         assert all(len(o.trace["rounds"]) == o.trace["revisions"] + 1 for o in out)
+
+
+def test_stepco_flags_reads_answer_changes_and_flag_positions():
+    """scripts/stepco_flags.py: the first flagged step placed against the checker's earliest error,
+    a revision from that step counted as fixing it when the next path is right there, and the
+    answer change from the initial path to the final one."""
+    from reasoning.world import generate, teacher_solution
+    from scripts.stepco_flags import analyse, flag_position
+
+    assert flag_position(3, 3, None) == "accepted_right" and flag_position(3, 3, 0) == "false_alarm"
+    assert flag_position(1, 3, None) == "missed" and flag_position(1, 3, 1) == "at_error"
+    assert flag_position(1, 3, 0) == "before_error" and flag_position(1, 3, 2) == "after_error"
+    assert flag_position(1, 3, 0, path_level=True) == "flagged_erroneous"
+
+    row = next(r for r in generate("dev", 80, 0) if teacher_solution(r, ("inverse",)))
+    bad = teacher_solution(row, ("inverse",))
+    first_diff = next(i for i, (g, b) in enumerate(zip(row["steps"], bad)) if g != b)
+    trace = {"rounds": [{"round": 0, "steps": bad, "scores": [0.9] * len(bad), "revised_index": None},
+                        {"round": 1, "steps": row["steps"], "scores": [0.9] * len(row["steps"]),
+                         "revised_index": first_diff + 1}]}
+    result = {"question": row["question"], "answer": row["answer"], "correct": True, "trace": trace}
+    got = analyse([result, {**result, "question": "not a world question"}], {row["question"]: row})
+    assert got["problems"] == 1 and got["skipped"] == 1
+    assert got["answer_changes"] == {"incorrect_to_correct": 1} and got["net_gain"] == 1
+    assert got["first_flag"] == {"at_error": 1}
+    assert got["revision_fixed_the_error"] == 1 and got["fixed_and_final_right"] == 1
