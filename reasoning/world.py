@@ -422,6 +422,27 @@ def world_config_of(policy_dir: str | Path | None) -> WorldConfig:
     return WorldConfig(**{k: (tuple(v) if k == "ops" else v) for k, v in values.items()})
 
 
+WORLD_FILES = ("world_config.json", "teacher.json")
+"""What `rl.sft` writes beside a world policy's weights: its world, and the teacher that taught it."""
+
+
+def carry_world_files(source_policy: str | Path | None, target_dir: str | Path) -> list[str]:
+    """Copy a policy's world files into a model trained from it (PPO, RFT), so that evaluating the
+    new model on "its world" (`world_config_of`) reads the same problems. Returns the names copied."""
+    import shutil
+
+    if not source_policy or not Path(source_policy).is_dir():
+        return []
+    copied = []
+    for name in WORLD_FILES:
+        src = Path(source_policy) / name
+        if src.is_file():
+            Path(target_dir).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, Path(target_dir) / name)
+            copied.append(name)
+    return copied
+
+
 def generate(split: str, n: int, seed: int = 0, config: WorldConfig | None = None) -> list[dict[str, Any]]:
     """`n` distinct problems of `split` (train / dev / test) as rows of the benchmark schema."""
     if split not in SPLIT_BUCKETS:

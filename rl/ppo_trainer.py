@@ -682,6 +682,9 @@ class StepPPOTrainer:
         if self.accelerator.is_main_process:
             policy = self._unwrapped_policy()
             _save_policy(policy, self.tokenizer, self.out / "policy")
+            from reasoning.world import carry_world_files
+
+            carry_world_files(args.policy, self.out / "policy")  # the trained policy keeps its world
             critic = self.accelerator.unwrap_model(self.model).critic
             if critic is not None:
                 critic.save_pretrained(str(self.out / "critic"))

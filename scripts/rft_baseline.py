@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     from inference.backends.hf import HFGenerator
     from reasoning.prompts import solve_prompt
     from reasoning.steps import split_steps
-    from reasoning.world import generate, row_to_problem, world_config_of
+    from reasoning.world import carry_world_files, generate, row_to_problem, world_config_of
     from reward_models.annotate import has_answer
     from rl.evaluation import compare_greedy_rows, greedy_eval, stated_and_correct
     from rl.ppo_setup import PROMPT_SEED_OFFSET
@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         after = greedy_eval(HFGenerator(model, tok, batch_size=128), test, args.max_new_tokens)
     trainer.save_model(str(out / "policy"))
     tok.save_pretrained(str(out / "policy"))
+    carry_world_files(args.policy, out / "policy")
     for name, rows in (("eval_before_rows.jsonl", before["rows"]), ("eval_after_rows.jsonl", after["rows"])):
         with (out / name).open("w") as fh:
             fh.writelines(json.dumps(r) + "\n" for r in rows)

@@ -432,6 +432,9 @@ def test_group_estimator_updates_without_a_critic(models, tmp_path):
     trainer.update = 1
     trainer.train()
     assert (trainer.out / "policy").is_dir() and not (trainer.out / "critic").exists()
+    # the trained policy keeps its world, so `--dataset world --policy OUT/policy` reads the same problems
+    saved = json.loads((trainer.out / "policy" / "world_config.json").read_text())
+    assert saved == json.loads((models / "policy" / "world_config.json").read_text())
 
 
 def test_config_errors_are_one_line_and_found_before_any_model_loads(models, tmp_path, capsys, monkeypatch):
