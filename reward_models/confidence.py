@@ -10,11 +10,15 @@ spans:
   also catches the decisions a path gets wrong (a wrong name or operand drawn from a low-probability
   choice), which on the arithmetic world are most errors.
 
+`reduce="mean"` (spec `step-likelihood`) scores a span by the geometric mean of its token
+probabilities instead of their minimum: the step's per-token likelihood.
+
 One forward pass of the policy per path, batched. No training, no labels.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 
@@ -39,13 +43,17 @@ def result_span(step: str) -> tuple[int, int]:
 
 
 SPANS = ("result", "step")
+REDUCTIONS = ("min", "mean")
 
 
 class ConfidenceVerifier:
-    def __init__(self, model, tokenizer, batch_size: int = 32, span: str = "result"):
+    def __init__(self, model, tokenizer, batch_size: int = 32, span: str = "result", reduce: str = "min"):
         if span not in SPANS:
             raise ValueError(f"span must be one of {', '.join(SPANS)}, got {span!r}")
+        if reduce not in REDUCTIONS:
+            raise ValueError(f"reduce must be one of {', '.join(REDUCTIONS)}, got {reduce!r}")
         self.span = span
+        self.reduce = reduce
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.batch_size = batch_size
@@ -54,7 +62,7 @@ class ConfidenceVerifier:
 
     @classmethod
     def from_pretrained(cls, policy_path: str, batch_size: int = 32, device: str | None = None,
-                        span: str = "result"):
+                        span: str = "result", reduce: str = "min"):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(policy_path)
@@ -62,7 +70,7 @@ class ConfidenceVerifier:
             tokenizer.pad_token = tokenizer.eos_token
         model = AutoModelForCausalLM.from_pretrained(policy_path)
         model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        return cls(model, tokenizer, batch_size, span=span)
+        return cls(model, tokenizer, batch_size, span=span, reduce=reduce)
 
     def _spans(self, question: str, steps: Sequence[str]) -> tuple[str, list[tuple[int, int]]]:
         lay = layout(question, steps)
@@ -107,7 +115,12 @@ class ConfidenceVerifier:
                 scores = []
                 for s, t in spans:
                     toks = [k for k, (a, b) in enumerate(offsets) if a < t and b > s and k > 0]
-                    probs = [logprobs[r, k - 1, e["input_ids"][k]].exp().item() for k in toks]
-                    scores.append(min(probs) if probs else 0.0)
+                    lps = [logprobs[r, k - 1, e["input_ids"][k]].item() for k in toks]
+                    if not lps:
+                        scores.append(0.0)
+                    elif self.reduce == "mean":
+                        scores.append(math.exp(sum(lps) / len(lps)))
+                    else:
+                        scores.append(math.exp(min(lps)))
                 out.append(scores)
         return out

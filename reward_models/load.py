@@ -8,6 +8,9 @@ A spec is one of
   policy given as `policy`) in each step's result;
 - `step-confidence` or `step-confidence:PATH`: the same on every token of each step (names,
   operands, result: the decisions a step makes);
+- `step-likelihood` or `step-likelihood:PATH`: the geometric mean of those token probabilities
+  instead of their minimum (a step's per-token likelihood: one near-uniform token, such as a name
+  the model picks at random, does not decide every score);
 - `exact`: the world's exact step checker (world problems only; it is built from their rows);
 - `math-shepherd:PATH`: a Math-Shepherd-style causal-LM PRM (P(+) vs P(-) at a step tag);
 - `token-prm:PATH`: a two-label token-classification PRM read at a separator after each step;
@@ -29,8 +32,10 @@ from pathlib import Path
 
 from reward_models.verifier import Verifier
 
-BUILTIN = ("confidence", "step-confidence", "exact")
-CONFIDENCE_SPANS = {"confidence": "result", "step-confidence": "step"}
+BUILTIN = ("confidence", "step-confidence", "step-likelihood", "exact")
+CONFIDENCE_SPANS = {"confidence": "result", "step-confidence": "step", "step-likelihood": "step"}
+CONFIDENCE_REDUCE = {"step-likelihood": "mean"}
+"""How a confidence verifier reduces a span's token probabilities: `min` unless named here."""
 COMBINE_RULES = ("product", "min")
 
 
@@ -120,7 +125,8 @@ def load_verifier(
         from reward_models.confidence import ConfidenceVerifier
 
         return ConfidenceVerifier.from_pretrained(path, batch_size=batch_size, device=device,
-                                                  span=CONFIDENCE_SPANS[head])
+                                                  span=CONFIDENCE_SPANS[head],
+                                                  reduce=CONFIDENCE_REDUCE.get(head, "min"))
     if spec == "exact":
         rows = [r for r in (world_rows or []) if isinstance(r, dict) and "world" in r]
         if not rows:

@@ -137,6 +137,35 @@ def test_step_confidence_reads_every_token_of_the_step_tags_included():
         ConfidenceVerifier(model, tok, span="tokens")
 
 
+def test_step_likelihood_is_the_geometric_mean_of_the_step_token_probabilities(tmp_path):
+    """`step-likelihood` reads the same tokens as `step-confidence` and scores a step by the
+    geometric mean of their probabilities, by hand; it is at least the minimum; the spec loads it."""
+    from reward_models.load import load_verifier
+
+    rows, tok, model = _tiny_confidence_setup()
+    questions = [r["question"] for r in rows[:3]]
+    paths = [r["steps"] for r in rows[:3]]
+    mean_scores = ConfidenceVerifier(model, tok, batch_size=2, span="step", reduce="mean").score(questions, paths)
+    min_scores = ConfidenceVerifier(model, tok, batch_size=2, span="step").score(questions, paths)
+    lay = layout(questions[2], paths[2])
+    enc = tok(lay.text, add_special_tokens=False, return_offsets_mapping=True)
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=torch.tensor([enc["input_ids"]])).logits[0].float(), -1)
+    for j, end in enumerate(lay.step_end_chars):
+        start = lay.text.rindex("<Step>", 0, end)
+        toks = [k for k, (a, b) in enumerate(enc["offset_mapping"]) if a <= end and b > start]
+        expected = math.exp(sum(logp[k - 1, enc["input_ids"][k]].item() for k in toks) / len(toks))
+        assert math.isclose(mean_scores[2][j], expected, rel_tol=1e-4)
+    assert all(m >= n - 1e-6 for x, y in zip(mean_scores, min_scores) for m, n in zip(x, y))
+    assert any(m > n + 1e-6 for x, y in zip(mean_scores, min_scores) for m, n in zip(x, y))
+    with pytest.raises(ValueError, match="reduce"):
+        ConfidenceVerifier(model, tok, span="step", reduce="median")
+    model.save_pretrained(tmp_path / "pol")
+    tok.save_pretrained(tmp_path / "pol")
+    loaded = load_verifier(f"step-likelihood:{tmp_path / 'pol'}")
+    assert loaded.span == "step" and loaded.reduce == "mean"
+
+
 class _Fixed:
     """A verifier returning given scores, for combination tests."""
 
