@@ -5,10 +5,12 @@
 # LINEUP=noisy runs the noisy-teacher world's lineup instead (README, "Figures on the noisy-teacher
 # world" under Inference methods): policy outputs/sft_noisy, verifier outputs/psv_mc_a, only the
 # methods a plain solve policy can run (resample revision; no prompt revision or BEATS, which need
-# a policy trained on the revise/clarify/verify formats), plus step-confidence rows with θ = TC.
+# a policy trained on the revise/clarify/verify formats), plus step-confidence rows with θ = TC and
+# rows with the step-likelihood of the clean-teacher model VL (θ = TL).
 cd "$(dirname "$0")/.."
 if [ "${LINEUP:-}" = noisy ]; then
   P=${P:-outputs/sft_noisy}; V=${V:-outputs/psv_mc_a}; O=${O:-runs/noisy}; TC=${TC:-0.11}
+  VL=${VL:-step-likelihood:outputs/sft_clean_v}; TL=${TL:-0.817}
 else
   P=${P:-outputs/sft_tasks}; V=${V:-outputs/psv_tiny}; O=${O:-runs/world}
 fi
@@ -24,6 +26,8 @@ if [ "${LINEUP:-}" = noisy ]; then
   $E --method best_of_n --n 10 --verifier step-confidence:$P --out $O/bon10_stepconf
   $E --method stepco --max_rounds 5 --revision resample --threshold $TC --verifier step-confidence:$P \
     --out $O/stepco_resample_stepconf
+  $E --method best_of_n --n 10 --verifier $VL --out $O/bon10_steplik
+  $E --method stepco --max_rounds 5 --revision resample --threshold $TL --verifier $VL --out $O/stepco_resample_steplik
   exit 0
 fi
 $E --method stepco --max_rounds 5 --verifier $V --out $O/stepco_prompt
