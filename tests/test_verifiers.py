@@ -114,6 +114,21 @@ def _tiny_confidence_setup():
     return rows, tok, model
 
 
+def _step_token_logprobs(model, tok, question, steps):
+    """By hand, per step: the first character of the first token overlapping "<Step> {step}</Step>"
+    and the log-probabilities of all those tokens under `model`."""
+    lay = layout(question, steps)
+    enc = tok(lay.text, add_special_tokens=False, return_offsets_mapping=True)
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=torch.tensor([enc["input_ids"]])).logits[0].float(), -1)
+    out = []
+    for end in lay.step_end_chars:
+        start = lay.text.rindex("<Step>", 0, end)
+        toks = [k for k, (a, b) in enumerate(enc["offset_mapping"]) if a <= end and b > start]
+        out.append((lay.text[enc["offset_mapping"][toks[0]][0]], [logp[k - 1, enc["input_ids"][k]].item() for k in toks]))
+    return out
+
+
 def test_step_confidence_reads_every_token_of_the_step_tags_included():
     rows, tok, model = _tiny_confidence_setup()
     questions = [r["question"] for r in rows[:3]]
@@ -121,16 +136,9 @@ def test_step_confidence_reads_every_token_of_the_step_tags_included():
     step_scores = ConfidenceVerifier(model, tok, batch_size=2, span="step").score(questions, paths)
     result_scores = ConfidenceVerifier(model, tok, batch_size=2).score(questions, paths)
     # Hand-computed: the lowest probability of any token overlapping "<Step> {step}</Step>".
-    lay = layout(questions[1], paths[1])
-    enc = tok(lay.text, add_special_tokens=False, return_offsets_mapping=True)
-    with torch.no_grad():
-        probs = torch.softmax(model(input_ids=torch.tensor([enc["input_ids"]])).logits[0].float(), -1)
-    for j, end in enumerate(lay.step_end_chars):
-        start = lay.text.rindex("<Step>", 0, end)
-        toks = [k for k, (a, b) in enumerate(enc["offset_mapping"]) if a <= end and b > start]
-        assert lay.text[enc["offset_mapping"][toks[0]][0]:].startswith("<")
-        expected = min(probs[k - 1, enc["input_ids"][k]].item() for k in toks)
-        assert math.isclose(step_scores[1][j], expected, rel_tol=1e-4)
+    for j, (first_char, logps) in enumerate(_step_token_logprobs(model, tok, questions[1], paths[1])):
+        assert first_char == "<"
+        assert math.isclose(step_scores[1][j], math.exp(min(logps)), rel_tol=1e-4)
     # The step span holds the result span, so its minimum can only be lower.
     assert all(s <= r + 1e-6 for x, y in zip(step_scores, result_scores) for s, r in zip(x, y))
     with pytest.raises(ValueError, match="span"):
@@ -147,15 +155,8 @@ def test_step_likelihood_is_the_geometric_mean_of_the_step_token_probabilities(t
     paths = [r["steps"] for r in rows[:3]]
     mean_scores = ConfidenceVerifier(model, tok, batch_size=2, span="step", reduce="mean").score(questions, paths)
     min_scores = ConfidenceVerifier(model, tok, batch_size=2, span="step").score(questions, paths)
-    lay = layout(questions[2], paths[2])
-    enc = tok(lay.text, add_special_tokens=False, return_offsets_mapping=True)
-    with torch.no_grad():
-        logp = torch.log_softmax(model(input_ids=torch.tensor([enc["input_ids"]])).logits[0].float(), -1)
-    for j, end in enumerate(lay.step_end_chars):
-        start = lay.text.rindex("<Step>", 0, end)
-        toks = [k for k, (a, b) in enumerate(enc["offset_mapping"]) if a <= end and b > start]
-        expected = math.exp(sum(logp[k - 1, enc["input_ids"][k]].item() for k in toks) / len(toks))
-        assert math.isclose(mean_scores[2][j], expected, rel_tol=1e-4)
+    for j, (_, logps) in enumerate(_step_token_logprobs(model, tok, questions[2], paths[2])):
+        assert math.isclose(mean_scores[2][j], math.exp(sum(logps) / len(logps)), rel_tol=1e-4)
     assert all(m >= n - 1e-6 for x, y in zip(mean_scores, min_scores) for m, n in zip(x, y))
     assert any(m > n + 1e-6 for x, y in zip(mean_scores, min_scores) for m, n in zip(x, y))
     with pytest.raises(ValueError, match="reduce"):
