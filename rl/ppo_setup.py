@@ -119,7 +119,10 @@ def load_policy(args: StepPPOConfig):
 
 
 def load_critic(args: StepPPOConfig, tokenizer):
-    """A token-classification model with one label: the PSV's weights or the policy's backbone."""
+    """A token-classification model with one label: the PSV's weights or the policy's backbone;
+    None under a critic-free estimator (`group`, `rloo`), which has no use for one."""
+    if args.advantage_estimator != "gae":
+        return None
     from reward_models.load import psv_dir_kind, spec_parts
     from reward_models.psv import init_psv_from_policy, load_psv_model
 

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 
     set_seed(args.seed)  # before any weight is made: LoRA matrices and a new value head come from it
     policy, tokenizer = load_policy(args)
-    critic = load_critic(args, tokenizer) if args.advantage_estimator == "gae" else None
+    critic = load_critic(args, tokenizer)
     verifier = None
     if args.reward != "gold":
         verifier = load_verifier_for(args, train_rows, state.device)

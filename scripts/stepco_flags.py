@@ -58,25 +58,19 @@ def _error_index(world_row: dict, steps: list[str]) -> int:
 
 
 def analyse(rows: list[dict], world_rows: dict[str, dict], path_level: bool = False) -> dict:
-    from reasoning.answers import extract_answer
-    from reasoning.grading import is_correct
-    from reasoning.steps import join_steps
+    from compare.analysis import answer_changes
+    from reasoning.world import row_to_problem
 
-    changes: Counter = Counter()
     where: Counter = Counter()
     fixed = fixed_and_right = revised_at_error = 0
-    skipped = 0
+    kept = []
     for row in rows:
         world = world_rows.get(row["question"])
         rounds = (row.get("trace") or {}).get("rounds") or []
         if world is None or not rounds:
-            skipped += 1
             continue
+        kept.append(row)
         first = rounds[0]["steps"]
-        initial = extract_answer(join_steps(first), "number") if first else None
-        initial_ok = initial is not None and is_correct(initial, row["answer"], "number")
-        final_ok = bool(row.get("correct"))
-        changes[f"{'correct' if initial_ok else 'incorrect'}_to_{'correct' if final_ok else 'incorrect'}"] += 1
         error = _error_index(world, first)
         flagged = rounds[1]["revised_index"] - 1 if len(rounds) > 1 and rounds[1].get("revised_index") else None
         position = flag_position(error, len(first), flagged, path_level)
@@ -85,11 +79,13 @@ def analyse(rows: list[dict], world_rows: dict[str, dict], path_level: bool = Fa
             revised_at_error += 1
             if _error_index(world, rounds[1]["steps"]) > error:
                 fixed += 1
-                fixed_and_right += final_ok
-    n = sum(changes.values())
-    return {"problems": n, "skipped": skipped, "answer_changes": dict(changes),
-            "net_gain": changes["incorrect_to_correct"] - changes["correct_to_incorrect"],
-            "first_flag": dict(where), "revised_at_error": revised_at_error,
+                fixed_and_right += bool(row.get("correct"))
+    problems = {row["id"]: row_to_problem({**world_rows[row["question"]], "id": row["id"]}) for row in kept}
+    changes = answer_changes(kept, problems)
+    counts = {k: changes[k] for k in ("correct_to_correct", "incorrect_to_correct", "correct_to_incorrect",
+                                      "incorrect_to_incorrect") if changes[k]}
+    return {"problems": len(kept), "skipped": len(rows) - len(kept), "answer_changes": counts,
+            "net_gain": changes["net_gain"], "first_flag": dict(where), "revised_at_error": revised_at_error,
             "revision_fixed_the_error": fixed, "fixed_and_final_right": fixed_and_right}
 
 

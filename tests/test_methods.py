@@ -552,7 +552,7 @@ def test_stepco_flags_reads_answer_changes_and_flag_positions():
     trace = {"rounds": [{"round": 0, "steps": bad, "scores": [0.9] * len(bad), "revised_index": None},
                         {"round": 1, "steps": row["steps"], "scores": [0.9] * len(row["steps"]),
                          "revised_index": first_diff + 1}]}
-    result = {"question": row["question"], "answer": row["answer"], "correct": True, "trace": trace}
+    result = {"id": row["id"], "question": row["question"], "answer": row["answer"], "correct": True, "trace": trace}
     got = analyse([result, {**result, "question": "not a world question"}], {row["question"]: row})
     assert got["problems"] == 1 and got["skipped"] == 1
     assert got["answer_changes"] == {"incorrect_to_correct": 1} and got["net_gain"] == 1
