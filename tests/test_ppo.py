@@ -364,7 +364,7 @@ def test_critic_starts_from_the_psv_part_of_a_combined_verifier(models, tmp_path
 
     spec = f"product:step-confidence:{models / 'policy'},{models / 'psv'}"
     args = StepPPOConfig(output_dir=str(tmp_path / "run"), policy=str(models / "policy"), verifier=spec,
-                         build_missing=False, report_to="none")
+                         build_missing=False, report_to="none", advantage_estimator="gae")
     _, tok = load_policy(args)
     critic = load_critic(args, tok)
     psv, _ = load_psv_model(str(models / "psv"))
