@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from compare.config import ROOT, CompareConfig
+from compare.config import ROOT, VERIFIER_LM, CompareConfig, names_verifier_lm, uses_verifier_lm
 
 CACHE_VERSION = 1
 """Part of every artefact hash: bump it when a change of this script changes what it trains."""
@@ -27,7 +27,7 @@ def digest(value: Any) -> str:
 @dataclass
 class Artefact:
     name: str
-    """sft, psv or a PPO run name."""
+    """sft, verifier_lm, psv or a PPO run name."""
     kind: str
     """sft, psv or ppo."""
     key: dict[str, Any]
@@ -45,7 +45,7 @@ class Artefact:
     @property
     def ref(self) -> str:
         """What names this artefact in the key of anything built from it."""
-        return f"{self.kind}-{self.hash}" if not self.given else str(self.spec)
+        return f"{self.kind}-{self.hash}" if not self.given else str(self.key.get("path", self.spec))
 
     @property
     def spec(self) -> str:
@@ -89,7 +89,8 @@ def _abs(path: str) -> str:
 
 
 def artefacts(cfg: CompareConfig) -> dict[str, Artefact]:
-    """The SFT policy, the PSV and every PPO run named in `policies`, with their cache directories."""
+    """The SFT policy, the verifier LM (when a verifier spec names it), the PSV and every PPO run
+    named in `policies`, with their cache directories."""
     cache = Path(cfg.cache_dir)
     out: dict[str, Artefact] = {}
     if cfg.sft.path:
@@ -100,9 +101,18 @@ def artefacts(cfg: CompareConfig) -> dict[str, Artefact]:
             key["code"] = code_digest("sft")
         sft = Artefact("sft", "sft", key, cache / f"sft-{digest(key)}", False)
     out["sft"] = sft
+    if uses_verifier_lm(cfg):
+        if cfg.verifier_lm.path:
+            p = _abs(cfg.verifier_lm.path)
+            out[VERIFIER_LM] = Artefact(VERIFIER_LM, "sft", {"path": p}, Path(p), True, p)
+        else:
+            key = {"kind": "sft", "version": CACHE_VERSION, "args": cfg.verifier_lm.args, "launcher": cfg.launcher}
+            if cfg.rebuild_on_code_change:
+                key["code"] = code_digest("sft")
+            out[VERIFIER_LM] = Artefact(VERIFIER_LM, "sft", key, cache / f"sft-{digest(key)}", False)
     if cfg.psv.path:
-        spec = cfg.psv.path
-        psv = Artefact("psv", "psv", {"path": _abs(spec)}, Path(_abs(spec)), True, _abs(spec))
+        spec, ref = bind_verifier_lm(_abs(cfg.psv.path), out), bind_verifier_lm(_abs(cfg.psv.path), out, ref=True)
+        psv = Artefact("psv", "psv", {"path": ref}, Path(spec), True, spec)
     else:
         key = {"kind": "psv", "version": CACHE_VERSION, "policy": sft.ref, "n_problems": cfg.psv.n_problems,
                "annotate": cfg.psv.annotate, "train": cfg.psv.train}
@@ -125,6 +135,20 @@ def artefacts(cfg: CompareConfig) -> dict[str, Artefact]:
     return out
 
 
+def bind_verifier_lm(spec: str, arts: dict[str, Artefact], ref: bool = False) -> str:
+    """`spec` with every `<prefix>:verifier_lm` part reading the verifier LM artefact (its directory,
+    or with `ref` its cache ref, which is what keys hold)."""
+    from reward_models.load import COMBINE_RULES, spec_parts, split_spec
+
+    if not names_verifier_lm(spec):
+        return spec
+    lm = arts[VERIFIER_LM]
+    target = lm.ref if ref else lm.spec
+    parts = [f"{split_spec(p)[0]}:{target}" if split_spec(p)[1] == VERIFIER_LM else p for p in spec_parts(spec)]
+    head = split_spec(spec)[0]
+    return f"{head}:" + ",".join(parts) if head in COMBINE_RULES else parts[0]
+
+
 def verifier_spec(cfg: CompareConfig, arts: dict[str, Artefact], ref: bool = False) -> str:
     """The verifier every stage loads: the PSV, joined with `psv.combine_with` when set; confidence
     specs are bound to the SFT policy, so every policy is judged by the same verifier. With `ref`,
@@ -133,7 +157,7 @@ def verifier_spec(cfg: CompareConfig, arts: dict[str, Artefact], ref: bool = Fal
 
     psv, sft = (arts["psv"].ref, arts["sft"].ref) if ref else (arts["psv"].spec, arts["sft"].spec)
     spec = psv if cfg.psv.combine_with is None else f"{cfg.psv.combine_rule}:{cfg.psv.combine_with},{psv}"
-    return pin_policy(spec, sft)
+    return bind_verifier_lm(pin_policy(spec, sft), arts, ref)
 
 
 def methods_verifier_spec(cfg: CompareConfig, arts: dict[str, Artefact], ref: bool = False) -> str:
@@ -142,7 +166,7 @@ def methods_verifier_spec(cfg: CompareConfig, arts: dict[str, Artefact], ref: bo
     from reward_models.load import pin_policy
 
     if cfg.eval.verifier:
-        return pin_policy(cfg.eval.verifier, arts["sft"].ref if ref else arts["sft"].spec)
+        return bind_verifier_lm(pin_policy(cfg.eval.verifier, arts["sft"].ref if ref else arts["sft"].spec), arts, ref)
     return verifier_spec(cfg, arts, ref)
 
 

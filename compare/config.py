@@ -39,18 +39,28 @@ class CompareError(ValueError):
     """A config, artefact or stage this script cannot work with; the message says which."""
 
 
+VERIFIER_LM = "verifier_lm"
+"""The name that stands for the verifier LM's directory in a verifier spec (`step-likelihood:verifier_lm`)."""
+
+
 def _sft_args() -> dict[str, Any]:
     return {"arch": "llama", "hidden_size": 128, "num_layers": 4, "num_heads": 4, "vocab_size": 1024,
-            "n_train": 30000, "n_eval": 200, "world_seed": 0,
+            "n_train": 30000, "n_eval": 200, "world_seed": 0, "world_p_inverse": 0.5,
+            "teacher_noise": "inverse=0.7,stale=0.7",
             "tasks": "solve=1.0,explore=0.1,revise=0.2,clarify=0.05,verify=0.1", "learning_rate": 0.002,
             "lr_scheduler_type": "cosine", "warmup_steps": 0.03, "per_device_train_batch_size": 32,
-            "num_train_epochs": 1, "max_new_tokens": 160, "seed": 0, "report_to": "none", "disable_tqdm": False}
+            "num_train_epochs": 1, "max_new_tokens": 160, "seed": 0, "report_to": "none", "disable_tqdm": True}
+
+
+def _verifier_lm_args() -> dict[str, Any]:
+    return {**_sft_args(), "n_train": 40000, "tasks": "solve=1.0,explore=0.1", "teacher_noise": "none"}
 
 
 def _ppo_args() -> dict[str, Any]:
-    return {"num_updates": 60, "prompts_per_update": 16, "samples_per_prompt": 4, "n_prompts": 4000,
-            "max_new_tokens": 128, "seed": 0, "eval_dataset": "none", "save_steps": 20, "report_to": "none",
-            "disable_tqdm": False}
+    return {"num_updates": 120, "prompts_per_update": 16, "samples_per_prompt": 8, "n_prompts": 4000,
+            "max_new_tokens": 128, "seed": 0, "advantage_estimator": "group", "num_mini_batches": 4,
+            "learning_rate": 2e-5, "kl_coef": 0.02, "reward_shaping": "min", "outcome_aggregation": "min",
+            "eval_dataset": "none", "save_steps": 20, "report_to": "none", "disable_tqdm": True}
 
 
 def _methods() -> dict[str, dict[str, Any]]:
@@ -58,7 +68,7 @@ def _methods() -> dict[str, dict[str, Any]]:
         "greedy": {"max_new_tokens": 192},
         "self_consistency": {"n": 16, "temperature": 0.8, "max_new_tokens": 192},
         "best_of_n": {"n": 16, "temperature": 0.8, "aggregation": "mean", "max_new_tokens": 192},
-        "stepco": {"max_rounds": 5, "threshold": 0.175, "revision": "prompt", "max_new_tokens": 192},
+        "stepco": {"max_rounds": 5, "threshold": 0.5, "revision": "resample", "max_new_tokens": 192},
         "beats": {"max_depth": 7, "max_forward_steps": 5, "branching": 2, "width": 8, "temperature": 0.7},
     }
 
@@ -72,9 +82,21 @@ class SFTSection:
 
 
 @dataclass
-class PSVSection:
+class VerifierLMSection:
     path: str | None = None
-    """An existing verifier spec (PSV directory, confidence, math-shepherd:PATH, ...) instead of training one."""
+    """An existing causal LM directory used as the verifier LM instead of training one (null: train)."""
+    args: dict[str, Any] = field(default_factory=_verifier_lm_args)
+    """Flags of `python -m rl.sft` for the verifier LM (compare sets --output_dir). It is built only
+    when a verifier spec names it (`psv.path`, `psv.combine_with` or `eval.verifier`, as
+    `step-likelihood:verifier_lm`, for instance)."""
+
+
+@dataclass
+class PSVSection:
+    path: str | None = "step-likelihood:verifier_lm"
+    """An existing verifier spec (PSV directory, confidence, math-shepherd:PATH, ...) used instead of
+    training a PSV; `verifier_lm` in it stands for the verifier LM's directory. null: annotate and
+    train a PSV here."""
     n_problems: int = 300
     """World train problems annotated with StepCo's tree."""
     annotate: dict[str, Any] = field(default_factory=lambda: {"method": "tree", "seed": 1, "disable_tqdm": True})
@@ -82,7 +104,7 @@ class PSVSection:
     train: dict[str, Any] = field(default_factory=lambda: {"num_train_epochs": 2.0, "learning_rate": 1e-3,
                                                            "per_device_train_batch_size": 16, "seed": 0})
     """Keyword arguments of reward_models.train.train_verifier (init_from, output_dir set by compare)."""
-    combine_with: str | None = "step-confidence"
+    combine_with: str | None = None
     """Another verifier spec joined with the PSV step by step, e.g. `step-confidence` (a bare
     confidence spec reads the SFT policy); the joined verifier is then used everywhere (PPO rewards
     and every method). null: the PSV alone."""
@@ -166,6 +188,7 @@ class CompareConfig:
     policies: list[str] = field(default_factory=lambda: ["sft", "outcome_ppo", "step_ppo"])
     """Policies compared, in table order; the first is the base of the effects."""
     sft: SFTSection = field(default_factory=SFTSection)
+    verifier_lm: VerifierLMSection = field(default_factory=VerifierLMSection)
     psv: PSVSection = field(default_factory=PSVSection)
     ppo: PPOSection = field(default_factory=PPOSection)
     eval: EvalSection = field(default_factory=EvalSection)
@@ -196,7 +219,7 @@ def _build(cls: type, values: Any, where: str) -> Any:
         raise CompareError(f"unknown config key {where + '.' if where else ''}{unknown[0]}; "
                            f"known: {', '.join(names)}")
     kwargs: dict[str, Any] = {}
-    nested = {"sft": SFTSection, "psv": PSVSection, "ppo": PPOSection, "eval": EvalSection}
+    nested = {"sft": SFTSection, "verifier_lm": VerifierLMSection, "psv": PSVSection, "ppo": PPOSection, "eval": EvalSection}
     for name, value in values.items():
         key = f"{where}.{name}" if where else name
         if cls is CompareConfig and name in nested:
@@ -314,6 +337,8 @@ def validate(cfg: CompareConfig) -> None:
                 raise CompareError(f"ppo args: {key} is set by compare (use ppo.runs.<name>.reward, sft.path, psv.path)")
     if "output_dir" in cfg.sft.args:
         raise CompareError("sft.args.output_dir is set by compare (use sft.path for an existing policy)")
+    if "output_dir" in cfg.verifier_lm.args:
+        raise CompareError("verifier_lm.args.output_dir is set by compare (use verifier_lm.path for an existing model)")
     if cfg.psv.combine_with is not None:
         from reward_models.load import COMBINE_RULES, split_spec
 
@@ -350,10 +375,28 @@ def validate(cfg: CompareConfig) -> None:
             raise CompareError(f"eval.methods.{method}: {e}") from None
     if any(not isinstance(n, int) or n < 1 for n in ev.curve_n):
         raise CompareError(f"eval.curve_n must be positive integers, got {ev.curve_n}")
-    for where, spec in (("psv.combine_with", cfg.psv.combine_with), ("eval.verifier", ev.verifier)):
+    for where, spec in (("psv.path", cfg.psv.path), ("psv.combine_with", cfg.psv.combine_with),
+                        ("eval.verifier", ev.verifier)):
         if spec is not None:
             check_verifier_spec(spec, where)
     check_training_flags(cfg)
+
+
+def names_verifier_lm(spec: str | None) -> bool:
+    """Whether a verifier spec reads the verifier LM (a part `<prefix>:verifier_lm`)."""
+    from reward_models.load import spec_parts, split_spec
+
+    if not spec:
+        return False
+    try:
+        return any(split_spec(part)[1] == VERIFIER_LM for part in spec_parts(str(spec)))
+    except ValueError:
+        return False
+
+
+def uses_verifier_lm(cfg: CompareConfig) -> bool:
+    """Whether any verifier of the run (PSV, its partner, the methods' verifier) reads the verifier LM."""
+    return any(names_verifier_lm(s) for s in (cfg.psv.path, cfg.psv.combine_with, cfg.eval.verifier))
 
 
 def check_verifier_spec(spec: str, where: str) -> None:
@@ -378,17 +421,21 @@ def check_verifier_spec(spec: str, where: str) -> None:
 def check_training_flags(cfg: CompareConfig) -> None:
     """`sft.args` and each PPO run's flags parsed as `rl.sft` and `rl/ppo_step.py` will parse them
     (the same dataclasses, the same checks), so a typo fails before any stage runs, --dry_run too."""
+    from reasoning.corpora import parse_teacher_noise
     from rl.ppo_config import StepPPOConfig
     from rl.sft import WorldSFTArguments, WorldSFTConfig
 
-    if not cfg.sft.path:
-        args, _ = _parse_flags("rl.sft", (WorldSFTArguments, WorldSFTConfig),
-                               {k: ("sft.args", v) for k, v in cfg.sft.args.items()})
+    sections = [("sft.args", cfg.sft.args)] if not cfg.sft.path else []
+    if uses_verifier_lm(cfg) and not cfg.verifier_lm.path:
+        sections.append(("verifier_lm.args", cfg.verifier_lm.args))
+    for where, flags in sections:
+        args, _ = _parse_flags("rl.sft", (WorldSFTArguments, WorldSFTConfig), {k: (where, v) for k, v in flags.items()})
         try:
             args.world_config()
             args.task_weights()
+            parse_teacher_noise(args.teacher_noise)
         except ValueError as e:
-            raise CompareError(f"sft.args: {e}") from None
+            raise CompareError(f"{where}: {e}") from None
     for name, run in cfg.ppo.runs.items():
         if name not in cfg.policies or run.path:
             continue

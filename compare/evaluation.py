@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from compare.cache import artefacts, methods_verifier_spec
-from compare.config import REFERENCE, CompareConfig, CompareError, EvalSection, method_config
+from compare.config import REFERENCE, VERIFIER_LM, CompareConfig, CompareError, EvalSection, method_config
 from compare.jobs import log
 
 CELL_KEY = "compare_cell.json"
@@ -70,7 +70,9 @@ def evaluate_policy(cfg: CompareConfig, policy_name: str, out: Path, labels: Seq
     arts = artefacts(cfg)
     ev = cfg.eval
     policy = arts[policy_name].spec
-    for art in (arts["sft"], arts[policy_name]) + ((arts["psv"],) if ev.verifier is None else ()):
+    needed = [arts["sft"], arts[policy_name], *([arts["psv"]] if ev.verifier is None else []),
+              *([arts[VERIFIER_LM]] if VERIFIER_LM in arts else [])]
+    for art in needed:
         if not art.complete():
             raise CompareError(f"evaluating {policy_name}: the {art.name} artefact in {art.dir} is not complete")
     problems, world_rows = load_eval_problems(ev, arts["sft"].spec)

@@ -21,10 +21,12 @@ def log(msg: str) -> None:
     print(f"[compare {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def run_logged(cmd: list[str], log_path: Path, name: str) -> None:
-    """Run `cmd` with its output in `log_path`; raise with the log's tail when it fails."""
+def run_logged(cmd: list[str], log_path: Path, name: str, threads: int | None = None) -> None:
+    """Run `cmd` with its output in `log_path`; raise with the log's tail when it fails. `threads`:
+    the subprocess's OMP_NUM_THREADS (None: this process's, 1 when unset)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), TOKENIZERS_PARALLELISM="false",
+    omp = str(threads) if threads is not None else os.environ.get("OMP_NUM_THREADS", "1")
+    env = dict(os.environ, OMP_NUM_THREADS=omp, TOKENIZERS_PARALLELISM="false",
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     log(f"{name}: started (log: {log_path})")
     with log_path.open("ab") as fh:
@@ -61,6 +63,9 @@ class Job:
     after: list[str] = field(default_factory=list)
     finish: Callable[[], None] | None = None
     """Run in this process after the work succeeded (e.g. writing an artefact's marker)."""
+    threads: int | None = None
+    """OMP_NUM_THREADS of the subprocess (None: inherited, 1 when unset). Jobs side by side on a
+    small machine want 1 each: two 2-thread processes on 2 cores run many times slower."""
 
 
 def run_jobs(jobs: list[Job], workers: int, log_dir: Path, heartbeat: float = 60.0) -> None:
@@ -90,7 +95,7 @@ def run_jobs(jobs: list[Job], workers: int, log_dir: Path, heartbeat: float = 60
                 with lock:
                     running[job.name] = path
                 try:
-                    run_logged(job.command, path, job.name)
+                    run_logged(job.command, path, job.name, threads=job.threads)
                 finally:
                     with lock:
                         running.pop(job.name, None)

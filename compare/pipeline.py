@@ -19,6 +19,7 @@ from compare.config import (
     REFERENCE,
     RESOLVED,
     ROOT,
+    VERIFIER_LM,
     CompareConfig,
     CompareError,
     method_config,
@@ -57,16 +58,19 @@ def run(cfg: CompareConfig, out: Path, command: str = "") -> dict[str, Any]:
                         f"{', '.join(CODE[art.kind])}; "
                         "delete it, or set rebuild_on_code_change: true, to build it again")
 
-    # 1. SFT and PSV, one after the other (everything else depends on them)
+    # 1. SFT policy, verifier LM, PSV, one after the other (everything else depends on them)
     t0 = time.time()
     sft, psv = arts["sft"], arts["psv"]
     from reasoning.threads import available_cores, torch_threads
 
     # the SFT and PSV stages run alone: every core (this process keeps one thread otherwise)
     with torch_threads(available_cores()) as cores:
-        log(f"sft and psv: {cores} torch threads")
-        if not sft.complete():
-            build_sft(cfg, sft, log_dir)
+        log(f"sft, verifier LM and psv: {cores} torch threads")
+        # one after the other with every core: on 2 cores two 1-thread SFT runs side by side took
+        # longer than the two in turn with 2 threads each
+        for art in (sft, arts.get(VERIFIER_LM)):
+            if art is not None and not art.complete():
+                build_sft(cfg, art, log_dir)
         if not psv.complete():
             build_psv(cfg, psv, sft.spec)
         calibration = calibrate_stepco_threshold(cfg, arts, out)
@@ -93,7 +97,7 @@ def run(cfg: CompareConfig, out: Path, command: str = "") -> dict[str, Any]:
                    str(out / RESOLVED), "--out", str(out)]
             job_name = f"eval_{name}" + (f"_{k + 1}" if len(groups) > 1 else "")
             jobs.append(Job(name=job_name, inline=lambda n=name, g=group: evaluate_policy(cfg, n, out, g),
-                            command=cmd, after=dep))
+                            command=cmd, after=dep, threads=1))
     train_seconds = time.time() - t0
     t1 = time.time()
     run_jobs(jobs, cfg.workers, log_dir)
@@ -130,7 +134,7 @@ def run(cfg: CompareConfig, out: Path, command: str = "") -> dict[str, Any]:
     effect_rows = effects(cfg, results)
     artefact_info = {}
     for name, art in arts.items():
-        if name not in ("sft", "psv") and name not in cfg.policies:
+        if name not in ("sft", VERIFIER_LM, "psv") and name not in cfg.policies:
             continue
         marker = art.marker() if not art.given else {}
         info = {k: v for k, v in marker.items() if k not in ("key", "kind", "name", "hash", "finished", "seconds")}

@@ -18,6 +18,14 @@ def _int(x: float) -> str:
     return f"{int(round(x)):,}"
 
 
+def verifier_name(cfg: CompareConfig) -> str:
+    """The methods' verifier as the config names it (short, without cache paths)."""
+    if cfg.eval.verifier:
+        return f"`{cfg.eval.verifier}`"
+    psv = f"`{cfg.psv.path}`" if cfg.psv.path else "PSV"
+    return psv if cfg.psv.combine_with is None else f"{psv} {cfg.psv.combine_rule} `{cfg.psv.combine_with}`"
+
+
 def write_report(path: Path, s: dict[str, Any], cfg: CompareConfig) -> None:
     ev = cfg.eval
     L: list[str] = []
@@ -106,8 +114,7 @@ def write_report(path: Path, s: dict[str, Any], cfg: CompareConfig) -> None:
         L.append("|---|---|---|---|---|---|---|---|")
         for policy in cfg.policies:
             for label, a in s["answer_changes"].get(policy, {}).items():
-                ver = ("exact checker (reference)" if label == REFERENCE else ev.verifier or
-                       ("PSV" if cfg.psv.combine_with is None else f"PSV {cfg.psv.combine_rule} {cfg.psv.combine_with}"))
+                ver = "exact checker (reference)" if label == REFERENCE else verifier_name(cfg)
                 L.append(f"| {policy_label(policy)} | {ver} | {a['correct_to_correct']} | {a['incorrect_to_correct']} | "
                          f"{a['correct_to_incorrect']} | {a['incorrect_to_incorrect']} | {a['revised']} of {a['n']} | "
                          f"{a['net_gain']:+d} |")

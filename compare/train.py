@@ -1,4 +1,4 @@
-"""Building the artefacts: the SFT policy (`rl.sft`), the PSV (StepCo-tree annotation, then
+"""Building the artefacts: the SFT policy and the verifier LM (`rl.sft`), the PSV (StepCo-tree annotation, then
 `reward_models.train`) and each PPO run (`rl/ppo_step.py`), in this process or as the command a
 job runs; each finished artefact gets its cache marker."""
 
@@ -13,12 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from compare.cache import MARKER, Artefact, verifier_spec, write_marker
-from compare.config import ROOT, CompareConfig, CompareError, to_argv
+from compare.config import ROOT, VERIFIER_LM, CompareConfig, CompareError, to_argv
 from compare.jobs import log, run_logged
 
 
+def sft_args(cfg: CompareConfig, art: Artefact) -> dict[str, Any]:
+    """The rl.sft flags of an SFT artefact: the policy's or the verifier LM's."""
+    return cfg.verifier_lm.args if art.name == VERIFIER_LM else cfg.sft.args
+
+
 def sft_command(cfg: CompareConfig, art: Artefact) -> list[str]:
-    argv = to_argv(cfg.sft.args) + ["--output_dir", str(art.dir)]
+    argv = to_argv(sft_args(cfg, art)) + ["--output_dir", str(art.dir)]
     prefix = shlex.split(cfg.launcher) if cfg.launcher else [sys.executable]
     return [*prefix, "-m", "rl.sft", *argv]
 
@@ -41,21 +46,23 @@ def ppo_command(cfg: CompareConfig, name: str, arts: dict[str, Artefact]) -> lis
 
 
 def build_sft(cfg: CompareConfig, art: Artefact, log_dir: Path) -> None:
+    """Train an SFT artefact (the policy or the verifier LM) in this process, or through `launcher`."""
     start = time.time()
     if art.dir.exists():
-        log(f"sft: {art.dir} is incomplete (no {MARKER}); training it again from the start")
+        log(f"{art.name}: {art.dir} is incomplete (no {MARKER}); training it again from the start")
         shutil.rmtree(art.dir)
     art.dir.mkdir(parents=True)
-    log(f"sft: training the SFT policy into {art.dir} (tasks {cfg.sft.args.get('tasks')}, "
-        f"{cfg.sft.args.get('n_train')} problems)")
+    args = sft_args(cfg, art)
+    log(f"{art.name}: training into {art.dir} (tasks {args.get('tasks')}, teacher noise "
+        f"{args.get('teacher_noise', 'rl.sft default')}, {args.get('n_train')} problems)")
     if cfg.launcher:
-        run_logged(sft_command(cfg, art), log_dir / "sft.log", "sft")
+        run_logged(sft_command(cfg, art), log_dir / f"{art.name}.log", art.name)
     else:
         from rl import sft
 
-        code = sft.main(to_argv(cfg.sft.args) + ["--output_dir", str(art.dir)])
+        code = sft.main(to_argv(args) + ["--output_dir", str(art.dir)])
         if code:
-            raise CompareError(f"rl.sft failed with exit code {code}")
+            raise CompareError(f"rl.sft ({art.name}) failed with exit code {code}")
     extra = {}
     try:
         ev = json.loads((art.dir / "eval.json").read_text())
@@ -63,8 +70,10 @@ def build_sft(cfg: CompareConfig, art: Artefact, log_dir: Path) -> None:
                  "train_seconds": ev.get("train_seconds")}
     except (OSError, json.JSONDecodeError):
         pass
+    if not (art.dir / "config.json").exists():
+        raise CompareError(f"{art.name}: rl.sft finished but wrote no model in {art.dir}")
     write_marker(art, time.time() - start, extra)
-    log(f"sft: ready in {time.time() - start:.0f}s ({extra})")
+    log(f"{art.name}: ready in {time.time() - start:.0f}s ({extra})")
 
 
 def build_psv(cfg: CompareConfig, art: Artefact, policy: str) -> None:

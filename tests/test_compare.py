@@ -13,6 +13,8 @@ from compare import cache as artefact_cache
 from compare import cli, config, evaluation, train
 
 ROOT = Path(__file__).resolve().parents[1]
+CLEAN = ROOT / "configs" / "compare" / "clean_world.yaml"
+"""The clean-teacher recipe: a PSV trained here (StepCo tree labels) joined with step-confidence."""
 
 
 def _markers(cache: Path) -> dict[str, float]:
@@ -66,7 +68,11 @@ def test_quick_run_writes_every_cell_and_rerun_reuses_the_cache(tmp_path):
             cell = json.loads((out / "eval" / policy / label / "summary.json").read_text())
             assert cell["method_config"]["threshold"] == pytest.approx(cal["threshold"])
     assert "StepCo's threshold" in (out / "report.md").read_text()
-    assert {a["status"] for a in s["artefacts"].values()} == {"trained"}
+    # the default verifier is the verifier LM's step-likelihood: an LM trained here, no PSV trained
+    assert {n: a["status"] for n, a in s["artefacts"].items()} == {
+        "sft": "trained", "verifier_lm": "trained", "psv": "given", "outcome_ppo": "trained", "step_ppo": "trained"}
+    assert s["artefacts"]["psv"]["spec"] == f"step-likelihood:{s['artefacts']['verifier_lm']['dir']}"
+    assert s["verifier"] == s["artefacts"]["psv"]["spec"]
     assert s["budgets"]["gold_at_inference"] is False and s["effects"]["headline"]
     report = (out / "report.md").read_text()
     for text in ("| step-PPO | StepCo |", "reference", "correct → incorrect", "verifier tokens", "accuracy_vs_tokens.png"):
@@ -74,13 +80,14 @@ def test_quick_run_writes_every_cell_and_rerun_reuses_the_cache(tmp_path):
 
     # a second run: every artefact and every cell reused, nothing trained again
     before = _markers(cache)
-    assert len(before) == 4  # sft, psv, two PPO runs
+    assert len(before) == 4  # sft, verifier LM, two PPO runs
     start = time.time()
     assert cli.main(argv) == 0
     assert time.time() - start < 60
     assert _markers(cache) == before
     again = json.loads((out / "summary.json").read_text())
-    assert {a["status"] for a in again["artefacts"].values()} == {"reused"}
+    assert {n: a["status"] for n, a in again["artefacts"].items()} == {
+        "sft": "reused", "verifier_lm": "reused", "psv": "given", "outcome_ppo": "reused", "step_ppo": "reused"}
     assert again["table"] == s["table"]
 
     # a benchmark instead of the world: the same policies, nothing trained, no exact-checker reference
@@ -123,32 +130,33 @@ def test_config_errors_name_the_key(tmp_path):
 
 
 def test_artefact_hashes_follow_what_defines_them(tmp_path):
-    base = artefact_cache.artefacts(config.load_config(None, overrides={"cache_dir": str(tmp_path)}))
-    psv = artefact_cache.artefacts(config.load_config(None, sets=["psv.n_problems=50"], overrides={"cache_dir": str(tmp_path)}))
+    base = artefact_cache.artefacts(config.load_config(CLEAN, overrides={"cache_dir": str(tmp_path)}))
+    psv = artefact_cache.artefacts(config.load_config(CLEAN, sets=["psv.n_problems=50"], overrides={"cache_dir": str(tmp_path)}))
     assert psv["sft"].dir == base["sft"].dir
     assert psv["psv"].dir != base["psv"].dir and psv["step_ppo"].dir != base["step_ppo"].dir
-    ev = artefact_cache.artefacts(config.load_config(None, sets=["eval.n_problems=7", "eval.methods.stepco.threshold=0.7"]))
+    ev = artefact_cache.artefacts(config.load_config(CLEAN, sets=["eval.n_problems=7", "eval.methods.stepco.threshold=0.7"],
+                                                     overrides={"cache_dir": str(tmp_path)}))
     assert [a.hash for a in ev.values()] == [a.hash for a in base.values()]  # evaluation trains nothing new
     assert base["step_ppo"].dir.name.startswith("ppo-step-") and base["outcome_ppo"].dir.name.startswith("ppo-outcome-")
-    given = artefact_cache.artefacts(config.load_config(None, sets=[f"sft.path={tmp_path}", "psv.path=confidence"]))
-    assert given["sft"].given and given["sft"].spec == str(tmp_path) and given["psv"].spec == "confidence"
+    given = artefact_cache.artefacts(config.load_config(CLEAN, sets=[f"sft.path={tmp_path}", "psv.path=confidence"]))
+    assert "verifier_lm" not in given and given["sft"].given and given["sft"].spec == str(tmp_path) and given["psv"].spec == "confidence"
     assert given["step_ppo"].key["policy"] == str(tmp_path)
     assert train.to_argv({"a": True, "b": None, "c": 2}) == ["--a", "true", "--c", "2"]
 
 
 def test_combined_verifier_is_bound_to_the_sft_policy_and_keys_the_ppo_runs(tmp_path):
     cache = {"cache_dir": str(tmp_path)}
-    base_cfg = config.load_config(None, sets=["psv.combine_with=null"], overrides=cache)
+    base_cfg = config.load_config(CLEAN, sets=["psv.combine_with=null"], overrides=cache)
     base = artefact_cache.artefacts(base_cfg)
     assert artefact_cache.verifier_spec(base_cfg, base) == base["psv"].spec  # the PSV alone
-    cfg = config.load_config(None, overrides=cache)  # the default joins the SFT policy's step confidence
+    cfg = config.load_config(CLEAN, overrides=cache)  # the clean recipe joins the SFT policy's step confidence
     arts = artefact_cache.artefacts(cfg)
     spec = artefact_cache.verifier_spec(cfg, arts)
     assert spec == f"product:step-confidence:{arts['sft'].spec},{arts['psv'].spec}"
     assert arts["psv"].dir == base["psv"].dir and arts["step_ppo"].dir != base["step_ppo"].dir
     assert train.ppo_argv(cfg, "step_ppo", arts)[train.ppo_argv(cfg, "step_ppo", arts).index("--verifier") + 1] == spec
     # A bare confidence verifier given as the PSV reads the SFT policy, whichever policy is evaluated.
-    given = config.load_config(None, sets=[f"sft.path={tmp_path}", "psv.path=confidence", "psv.combine_with=null"])
+    given = config.load_config(CLEAN, sets=[f"sft.path={tmp_path}", "psv.path=confidence", "psv.combine_with=null"])
     assert artefact_cache.verifier_spec(given, artefact_cache.artefacts(given)) == f"confidence:{tmp_path}"
     with pytest.raises(config.CompareError, match="threshold_dev_problems"):
         config.load_config(None, sets=["eval.dataset=gsm8k"])
@@ -176,7 +184,7 @@ def test_entry_point_is_the_package_cli(tmp_path):
                            "--cache_dir", str(tmp_path / "c")], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
-    assert list(plan["artefacts"]) == ["sft", "psv", "outcome_ppo", "step_ppo"]
+    assert list(plan["artefacts"]) == ["sft", "verifier_lm", "psv", "outcome_ppo", "step_ppo"]
     assert plan["cells"][-1] == config.REFERENCE
     bad = subprocess.run([sys.executable, str(script), "--out", str(tmp_path / "o"), "--set", "workers=0"],
                          cwd=tmp_path, capture_output=True, text=True)
@@ -191,6 +199,9 @@ def test_entry_point_is_the_package_cli(tmp_path):
     ("ppo.runs.step_ppo.args.kl_coef=-1", "ppo.runs.step_ppo"),
     ("ppo.runs.outcome_ppo.reward=outcom", "ppo.runs.outcome_ppo"),
     ("psv.combine_with=step-confidance", "psv.combine_with"),
+    ("psv.path=step-likelihod:verifier_lm", "psv.path"),
+    ("verifier_lm.args.teacher_noise=inverse=2", "verifier_lm.args"),
+    ("verifier_lm.args.n_trian=5", "verifier_lm.args.n_trian"),
     ("psv.combine_with=product:step-confidence", "psv.combine_with"),
     ("eval.verifier=exakt", "eval.verifier"),
     ("eval.n_problems=[unclosed", "eval.n_problems=[unclosed"),
@@ -201,3 +212,45 @@ def test_every_section_is_checked_up_front_even_in_a_dry_run(item, key, tmp_path
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.startswith("error: ") and key in captured.err.splitlines()[0]
     assert len(captured.err.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
+
+
+def test_verifier_lm_is_trained_once_named_and_keys_what_reads_it(tmp_path):
+    """The default verifier is the step-likelihood of a verifier LM trained here on the clean
+    teacher: its spec reads the LM's directory, the PPO runs are keyed by the LM's ref, a change of
+    its flags retrains it and what reads it (not the policy), and it is built only when named."""
+    cache = {"cache_dir": str(tmp_path)}
+    cfg = config.load_config(None, overrides=cache)
+    arts = artefact_cache.artefacts(cfg)
+    lm = arts["verifier_lm"]
+    assert cfg.verifier_lm.args["teacher_noise"] == "none" and cfg.sft.args["teacher_noise"] != "none"
+    assert lm.kind == "sft" and lm.dir != arts["sft"].dir and not lm.given
+    spec = artefact_cache.verifier_spec(cfg, arts)
+    assert spec == f"step-likelihood:{lm.dir}" == arts["psv"].spec
+    assert artefact_cache.verifier_spec(cfg, arts, ref=True) == f"step-likelihood:{lm.ref}"
+    argv = train.ppo_argv(cfg, "step_ppo", arts)
+    assert argv[argv.index("--verifier") + 1] == spec
+    assert arts["step_ppo"].key["verifier"] == f"step-likelihood:{lm.ref}"
+    assert train.sft_command(cfg, lm)[-2:] == ["--output_dir", str(lm.dir)]
+    assert "--teacher_noise" in train.sft_command(cfg, lm) and train.sft_args(cfg, lm) == cfg.verifier_lm.args
+    # the verifier LM's flags key it and everything it judges, never the policy
+    other = artefact_cache.artefacts(config.load_config(None, sets=["verifier_lm.args.n_train=1000"], overrides=cache))
+    assert other["sft"].dir == arts["sft"].dir
+    assert other["verifier_lm"].dir != lm.dir and other["step_ppo"].dir != arts["step_ppo"].dir
+    # joined with another verifier, or as the methods' verifier only, it is still resolved
+    joined = config.load_config(None, sets=["psv.path=confidence", "psv.combine_with=step-likelihood:verifier_lm"],
+                                overrides=cache)
+    ja = artefact_cache.artefacts(joined)
+    assert artefact_cache.verifier_spec(joined, ja) == (
+        f"product:step-likelihood:{ja['verifier_lm'].dir},confidence:{ja['sft'].spec}")
+    methods_only = config.load_config(None, sets=["psv.path=confidence", "eval.verifier=step-likelihood:verifier_lm"],
+                                      overrides=cache)
+    ma = artefact_cache.artefacts(methods_only)
+    assert artefact_cache.methods_verifier_spec(methods_only, ma) == f"step-likelihood:{ma['verifier_lm'].dir}"
+    # named nowhere: not built; given as a path: used as it is
+    assert "verifier_lm" not in artefact_cache.artefacts(config.load_config(None, sets=["psv.path=confidence"]))
+    given = config.load_config(None, sets=[f"verifier_lm.path={tmp_path}"], overrides=cache)
+    ga = artefact_cache.artefacts(given)
+    assert ga["verifier_lm"].given and artefact_cache.verifier_spec(given, ga) == f"step-likelihood:{tmp_path}"
+    assert ga["step_ppo"].key["verifier"] == f"step-likelihood:{tmp_path}"
+    with pytest.raises(config.CompareError, match="verifier_lm.args.output_dir"):
+        config.load_config(None, sets=["verifier_lm.args.output_dir=x"])

@@ -43,12 +43,13 @@ def test_config_types_are_checked_and_a_resolved_config_round_trips():
 
 
 def test_cache_keys_are_stable_and_follow_their_inputs(tmp_path):
-    cfg = config.load_config(None, overrides={"cache_dir": str(tmp_path)})
+    clean = config.ROOT / "configs" / "compare" / "clean_world.yaml"  # a PSV trained here
+    cfg = config.load_config(clean, overrides={"cache_dir": str(tmp_path)})
     arts = cache.artefacts(cfg)
     assert cache.digest({"a": 1, "b": 2}) == cache.digest({"b": 2, "a": 1})
     assert arts["sft"].dir == tmp_path / f"sft-{arts['sft'].hash}" and not arts["sft"].complete()
     assert arts["psv"].key["policy"] == arts["sft"].ref  # the PSV is keyed by the policy it annotates
-    other = cache.artefacts(config.load_config(None, sets=["sft.args.hidden_size=64"],
+    other = cache.artefacts(config.load_config(clean, sets=["sft.args.hidden_size=64"],
                                                overrides={"cache_dir": str(tmp_path)}))
     assert all(other[n].hash != arts[n].hash for n in arts)  # everything downstream changes too
     coded = cache.artefacts(config.load_config(None, sets=["rebuild_on_code_change=true"]))
@@ -152,3 +153,20 @@ def test_report_and_plot_render_from_given_rows(tmp_path):
     assert "python scripts/compare.py --out x" in text
     plot.plot(tmp_path / "fig.png", cfg, crv, table)
     assert (tmp_path / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_side_by_side_jobs_get_one_thread_each_whatever_the_parent_has(tmp_path):
+    """Jobs run side by side as subprocesses with the OMP_NUM_THREADS they ask for, not the parent's
+    (inside the SFT stage the parent holds every core: two 2-thread trainings on 2 cores crawl)."""
+    import sys
+
+    from compare.jobs import Job, run_jobs
+    from reasoning.threads import torch_threads
+
+    show = [sys.executable, "-c", "import os; print('omp=' + os.environ['OMP_NUM_THREADS'])"]
+    jobs = [Job(name=f"j{i}", inline=lambda: None, command=show, threads=1) for i in range(2)]
+    jobs.append(Job(name="inherit", inline=lambda: None, command=show))
+    with torch_threads(2):
+        run_jobs(jobs, 2, tmp_path)
+    assert [(tmp_path / f"{n}.log").read_text().count("omp=1") for n in ("j0", "j1")] == [1, 1]
+    assert "omp=2" in (tmp_path / "inherit.log").read_text()  # no `threads`: the parent's setting
