@@ -138,15 +138,18 @@ def artefacts(cfg: CompareConfig) -> dict[str, Artefact]:
 def bind_verifier_lm(spec: str, arts: dict[str, Artefact], ref: bool = False) -> str:
     """`spec` with every `<prefix>:verifier_lm` part reading the verifier LM artefact (its directory,
     or with `ref` its cache ref, which is what keys hold)."""
-    from reward_models.load import COMBINE_RULES, spec_parts, split_spec
+    from reward_models.load import map_spec_parts, split_spec
 
     if not names_verifier_lm(spec):
         return spec
     lm = arts[VERIFIER_LM]
     target = lm.ref if ref else lm.spec
-    parts = [f"{split_spec(p)[0]}:{target}" if split_spec(p)[1] == VERIFIER_LM else p for p in spec_parts(spec)]
-    head = split_spec(spec)[0]
-    return f"{head}:" + ",".join(parts) if head in COMBINE_RULES else parts[0]
+
+    def bind(part: str) -> str:
+        head, rest = split_spec(part)
+        return f"{head}:{target}" if rest == VERIFIER_LM else part
+
+    return map_spec_parts(spec, bind)
 
 
 def verifier_spec(cfg: CompareConfig, arts: dict[str, Artefact], ref: bool = False) -> str:

@@ -419,8 +419,9 @@ def check_verifier_spec(spec: str, where: str) -> None:
 
 
 def check_training_flags(cfg: CompareConfig) -> None:
-    """`sft.args` and each PPO run's flags parsed as `rl.sft` and `rl/ppo_step.py` will parse them
-    (the same dataclasses, the same checks), so a typo fails before any stage runs, --dry_run too."""
+    """`sft.args`, `verifier_lm.args` (when it is built) and each PPO run's flags parsed as `rl.sft`
+    and `rl/ppo_step.py` will parse them (the same dataclasses, the same checks), so a typo fails
+    before any stage runs, --dry_run too."""
     from reasoning.corpora import parse_teacher_noise
     from rl.ppo_config import StepPPOConfig
     from rl.sft import WorldSFTArguments, WorldSFTConfig

@@ -63,11 +63,10 @@ def run(cfg: CompareConfig, out: Path, command: str = "") -> dict[str, Any]:
     sft, psv = arts["sft"], arts["psv"]
     from reasoning.threads import available_cores, torch_threads
 
-    # the SFT and PSV stages run alone: every core (this process keeps one thread otherwise)
+    # these stages run alone, one after the other, with every core (this process keeps one thread
+    # otherwise): on 2 cores two 1-thread SFT runs side by side took longer than the two in turn
     with torch_threads(available_cores()) as cores:
         log(f"sft, verifier LM and psv: {cores} torch threads")
-        # one after the other with every core: on 2 cores two 1-thread SFT runs side by side took
-        # longer than the two in turn with 2 threads each
         for art in (sft, arts.get(VERIFIER_LM)):
             if art is not None and not art.complete():
                 build_sft(cfg, art, log_dir)

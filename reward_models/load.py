@@ -61,14 +61,22 @@ def spec_parts(spec: str) -> list[str]:
     return parts
 
 
+def map_spec_parts(spec: str, fn) -> str:
+    """`spec` with `fn` applied to each of its parts (a combined spec keeps its rule)."""
+    head = split_spec(spec)[0]
+    if head in COMBINE_RULES:
+        return f"{head}:" + ",".join(fn(p) for p in spec_parts(spec))
+    return fn(spec)
+
+
 def pin_policy(spec: str, policy: str) -> str:
     """`spec` with every bare confidence part bound to `policy` (a fixed verifier across policies)."""
-    head, rest = split_spec(spec)
-    if head in COMBINE_RULES:
-        return f"{head}:" + ",".join(pin_policy(p, policy) for p in spec_parts(spec))
-    if head in CONFIDENCE_SPANS and not rest:
-        return f"{head}:{policy}"
-    return spec
+
+    def pin(part: str) -> str:
+        head, rest = split_spec(part)
+        return f"{head}:{policy}" if head in CONFIDENCE_SPANS and not rest else part
+
+    return map_spec_parts(spec, pin)
 
 
 def needs_policy(spec: str) -> bool:
