@@ -228,3 +228,43 @@ def test_verifier_separation_pairs_and_shares(tmp_path):
     assert result["first_diff_gold_higher"] == 1.0 and result["min_gold_higher"] == 1.0
     assert set(result["by_kind"]) == {"inverse", "stale"}
     assert main(["--verifier", "exact", "--n", "0"]) == 2
+
+
+def test_reward_agreement_figures_by_hand(tmp_path):
+    """Within-group pair accuracy and advantage correlation, computed by hand: ties count half,
+    groups whose samples all agree give no pair, a score that orders samples as the answer check
+    does scores 1.0, a constant score 0.5, a reversed one 0.0; samples without steps rank last."""
+    import json
+
+    from scripts.reward_agreement import advantage_corr, main, pair_accuracy, report
+    from tiny_world_policy import save_tiny_world_policy
+
+    right = [True, False, False, True]  # one group of 4: 2 right x 2 wrong = 4 pairs
+    assert pair_accuracy([([0.9, 0.1, 0.2, 0.8], right)]) == (1.0, 4)
+    assert pair_accuracy([([0.5] * 4, right)]) == (0.5, 4)
+    assert pair_accuracy([([0.1, 0.9, 0.8, 0.2], right)]) == (0.0, 4)
+    # right 0.6 beats 0.5 and ties 0.6; right 0.4 loses to both: (1 + 0.5 + 0 + 0) / 4
+    assert pair_accuracy([([0.6, 0.5, 0.6, 0.4], right)]) == (0.375, 4)
+    assert pair_accuracy([([0.3, 0.2], [True, True])]) == (None, 0)
+    assert advantage_corr([([0.9, 0.1, 0.1, 0.9], right), ([0.3, 0.2], [False, False])]) == pytest.approx(1.0)
+    assert advantage_corr([([0.3, 0.2], [True, True])]) is None
+    # min / mean / last of the step scores: min puts the path with the 0.1 step last
+    steps = [[0.9, 0.1], [0.5, 0.6], [0.7, 0.7], None]
+    got = report(steps, [True, False, True, False], k=4)
+    assert got["pairs"] == 4
+    assert got["min"]["pair_accuracy"] == 0.75  # 0.1 < 0.5 loses one pair; None ranks last
+    assert got["last"]["pair_accuracy"] == 0.75  # 0.1 below 0.6 again
+    assert got["mean"]["pair_accuracy"] == 0.75  # 0.5 < 0.55
+
+    policy = save_tiny_world_policy(tmp_path / "policy")
+    out = tmp_path / "agree.json"
+    spec = f"step-confidence:{policy}"
+    assert main(["--policy", str(policy), "--verifier", spec, "--ratio", f"{spec},{spec}", "--n", "6",
+                 "--k", "3", "--max_new_tokens", "24", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["n"] == 6 and result["k"] == 3 and 0.0 <= result["sampled_accuracy"] <= 1.0
+    ratio = result["verifiers"][f"log({spec}) - log({spec})"]
+    assert ratio["pairs"] == result["verifiers"][spec]["pairs"]  # the same samples for every candidate
+    assert result["gold"]["pair_accuracy"] == (1.0 if ratio["pairs"] else None)
+    assert main(["--policy", str(policy), "--verifier", spec, "--k", "1"]) == 2
+    assert main(["--policy", str(policy), "--verifier", spec, "--ratio", f"{spec},exact"]) == 2
