@@ -34,14 +34,17 @@ class StepPPOConfig(TrainingArguments):
     # --- models -------------------------------------------------------------------------------
     policy: str = field(default="outputs/sft_tiny", metadata={"help": "SFT policy directory or Hub id."})
     verifier: str = field(
-        default="outputs/psv_tiny",
+        default="step-likelihood:outputs/sft_tiny_clean",
         metadata={"help": "Verifier spec (reward_models.load): a PSV directory, 'exact' (world only), "
-                          "'step-confidence:PATH' (a frozen policy's own probabilities), 'product:A,B', ..."},
+                          "'step-confidence:PATH' (a frozen policy's own probabilities), "
+                          "'step-likelihood:PATH' (a verifier LM's probabilities of each step), 'product:A,B', "
+                          "... The default, a verifier LM taught by the clean teacher, and 'outputs/psv_tiny' "
+                          "(a PSV from StepCo-tree labels) are built first when absent (--build_missing)."},
     )
     build_missing: bool = field(
         default=True,
-        metadata={"help": "Build the tiny SFT policy and PSV first when `policy` / `verifier` are the default "
-                          "paths and absent (the no-argument CPU run)."},
+        metadata={"help": "Build the tiny SFT policy and verifier first when `policy` / `verifier` are the "
+                          "default paths and absent (the no-argument CPU run)."},
     )
     critic_init: str = field(
         default="verifier",
@@ -102,12 +105,17 @@ class StepPPOConfig(TrainingArguments):
 
     # --- rewards ------------------------------------------------------------------------------
     reward: str = field(
-        default="gold",
-        metadata={"help": f"Reward: {', '.join(REWARD_MODES)}. The default is the answer's correctness: on the world "
-                          "it is the reward that raises greedy accuracy here; the tiny PSVs' step scores are hacked "
-                          "(README, PPO figures)."},
+        default="step",
+        metadata={"help": f"Reward: {', '.join(REWARD_MODES)}. The default is the verifier's score at the end of "
+                          "every step, no gold answer used; 'gold' is the answer's correctness (README, PPO figures)."},
     )
-    reward_shaping: str = field(default="delta", metadata={"help": f"Step score shaping: {', '.join(SHAPING_MODES)}."})
+    reward_shaping: str = field(
+        default="raw",
+        metadata={"help": f"Step score shaping: {', '.join(SHAPING_MODES)}. 'raw' (each step paid its own score) "
+                          "suits verifiers that judge each step on its own, as the default step-likelihood one "
+                          "does; 'delta' (each step paid for how much it moved the score) suits a PSV, whose "
+                          "score is a value."},
+    )
     outcome_aggregation: str = field(
         default="last",
         metadata={"help": f"--reward outcome: the verifier's whole-path score from its step scores, one of "

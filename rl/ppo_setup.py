@@ -1,5 +1,5 @@
 """Loading what a PPO run needs: policy (optionally with LoRA), critic, verifier, prompts; and the
-tiny SFT policy and PSV of the no-argument CPU run, built first when absent.
+tiny SFT policy and verifier of the no-argument CPU run, built first when absent.
 """
 
 from __future__ import annotations
@@ -17,7 +17,15 @@ from reasoning.world import generate, row_to_problem, world_config_of
 from rl.ppo_config import ConfigError, StepPPOConfig
 
 DEFAULT_POLICY = "outputs/sft_tiny"
-DEFAULT_VERIFIER = "outputs/psv_tiny"
+DEFAULT_VERIFIER_LM = "outputs/sft_tiny_clean"
+"""The default verifier LM: the tiny policy's recipe taught by the clean teacher (no step label)."""
+DEFAULT_VERIFIER = f"step-likelihood:{DEFAULT_VERIFIER_LM}"
+"""The default verifier: the verifier LM's step likelihood (README, "Does a verifier order the
+policy's own samples as the answer check does?": the verifier without exact labels whose reward
+raises greedy accuracy here; the tiny PSVs' do not)."""
+TREE_PSV = "outputs/psv_tiny"
+"""The tiny PSV from StepCo-tree labels of the policy's own paths, built when named and absent."""
+BUILDABLE_VERIFIERS = (DEFAULT_VERIFIER, TREE_PSV)
 # World training prompts of PPO use a seed SFT never saw (SFT: world_seed), so rollouts are fresh.
 PROMPT_SEED_OFFSET = 1
 
@@ -39,7 +47,37 @@ def build_default_policy(path: str = DEFAULT_POLICY) -> None:
         raise RuntimeError(f"building the default policy failed with exit code {code}")
 
 
-def build_default_verifier(policy: str, path: str = DEFAULT_VERIFIER, n_problems: int = 300,
+def verifier_lm_world_flags(policy: str) -> list[str]:
+    """`rl.sft` flags that give a verifier LM the policy's world (`world_config.json`), so that it
+    is taught the problems the policy is trained and evaluated on."""
+    from reasoning.world import WorldConfig
+
+    world = world_config_of(policy)
+    if tuple(world.ops) != tuple(WorldConfig().ops):
+        _log(f"the policy's world uses the step kinds {','.join(world.ops)}; rl.sft has no flag for them, so "
+             "the verifier LM is taught the default kinds")
+    return [arg for key, value in world.__dict__.items() if key != "ops"
+            for arg in (f"--world_{key}", str(value))]
+
+
+def build_default_verifier_lm(policy: str, path: str = DEFAULT_VERIFIER_LM) -> None:
+    """The verifier LM of the default verifier: `python -m rl.sft --teacher_noise none` in the
+    policy's world (~8 min on 2 cores). It has seen the clean teacher's demonstrations, never a
+    step label; its step likelihood is the step reward."""
+    from rl import sft
+    from reasoning.threads import torch_threads
+
+    argv = ["--output_dir", path, "--teacher_noise", "none", *verifier_lm_world_flags(policy)]
+    _log(f"no verifier LM at {path}: training it first (python -m rl.sft {' '.join(argv)})")
+    start = time.time()
+    with torch_threads(torch.get_num_threads()):
+        code = sft.main(argv)
+    if code:
+        raise RuntimeError(f"building the default verifier LM failed with exit code {code}")
+    _log(f"verifier LM ready in {time.time() - start:.0f}s")
+
+
+def build_default_verifier(policy: str, path: str = TREE_PSV, n_problems: int = 300,
                            epochs: float = 2.0) -> None:
     """A PSV from StepCo-tree annotation of the policy's own paths (the best F1 of the annotation
     methods on the world, README), trained from the policy's backbone (~2 min on 2 cores)."""
@@ -62,8 +100,12 @@ def ensure_default_models(args: StepPPOConfig, is_main: bool) -> None:
         return
     if args.policy == DEFAULT_POLICY and not Path(args.policy).exists():
         build_default_policy(args.policy)
-    if args.reward != "gold" and args.verifier == DEFAULT_VERIFIER and not Path(args.verifier).exists():
-        build_default_verifier(args.policy, args.verifier)
+    if args.reward == "gold":
+        return
+    if args.verifier == DEFAULT_VERIFIER and not Path(DEFAULT_VERIFIER_LM).exists():
+        build_default_verifier_lm(args.policy, DEFAULT_VERIFIER_LM)
+    if args.verifier == TREE_PSV and not Path(TREE_PSV).exists():
+        build_default_verifier(args.policy, TREE_PSV)
 
 
 def check_inputs(args: StepPPOConfig) -> None:
@@ -76,7 +118,7 @@ def check_inputs(args: StepPPOConfig) -> None:
     try:
         if not (builds and args.policy == DEFAULT_POLICY):
             check_model_path("--policy", args.policy)
-        if args.reward != "gold" and not (builds and args.verifier == DEFAULT_VERIFIER):
+        if args.reward != "gold" and not (builds and args.verifier in BUILDABLE_VERIFIERS):
             check_spec(args.verifier, args.policy)
             if "exact" in spec_parts(args.verifier) and args.dataset != "world":
                 raise ValueError("the exact verifier checks world problems only: use --dataset world")

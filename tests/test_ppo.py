@@ -357,6 +357,49 @@ def test_shipped_default_recipe_is_the_embedded_default():
         cfg.validate()
 
 
+def test_default_verifier_lm_is_built_in_the_policys_world_only_when_a_verifier_reward_needs_it(
+        models, tmp_path, monkeypatch):
+    """The default verifier (the verifier LM's step likelihood) is trained first when absent and a
+    verifier reward reads it, with rl.sft flags that reproduce the policy's world; a gold run, a
+    present one, or another spec builds nothing; the checks before loading let the default pass."""
+    from trl import TrlParser
+
+    from rl import ppo_setup
+    from rl.sft import WorldSFTArguments, WorldSFTConfig
+
+    policy = models / "policy"
+    flags = ppo_setup.verifier_lm_world_flags(str(policy))
+    parsed, _ = TrlParser((WorldSFTArguments, WorldSFTConfig)).parse_args_and_config(
+        args=["--output_dir", str(tmp_path / "v"), *flags])
+    assert parsed.world_config() == WORLD  # the world of the models fixture, not rl.sft's default
+
+    built = []
+    monkeypatch.setattr(ppo_setup, "build_default_verifier_lm", lambda pol, path: built.append(("lm", pol, path)))
+    monkeypatch.setattr(ppo_setup, "build_default_verifier", lambda pol, path: built.append(("psv", pol, path)))
+    monkeypatch.chdir(tmp_path)  # the default paths are relative: nothing there yet
+    assert ppo_setup.DEFAULT_VERIFIER == f"step-likelihood:{ppo_setup.DEFAULT_VERIFIER_LM}"
+    assert StepPPOConfig(output_dir="o").verifier == ppo_setup.DEFAULT_VERIFIER
+
+    def cfg(**kw):
+        return StepPPOConfig(output_dir=str(tmp_path / "run"), policy=str(policy), report_to="none", **kw)
+
+    ppo_setup.ensure_default_models(cfg(reward="gold"), is_main=True)
+    ppo_setup.ensure_default_models(cfg(reward="step"), is_main=False)  # only the main process builds
+    ppo_setup.ensure_default_models(cfg(reward="step", build_missing=False), is_main=True)
+    ppo_setup.ensure_default_models(cfg(reward="step", verifier="exact"), is_main=True)
+    assert built == []
+    ppo_setup.check_inputs(cfg(reward="step"))  # absent, but it is built first: no error
+    ppo_setup.check_inputs(cfg(reward="outcome", verifier=ppo_setup.TREE_PSV))
+    with pytest.raises(ppo_setup.ConfigError, match="psv_tiny"):  # not built without --build_missing
+        ppo_setup.check_inputs(cfg(reward="outcome", verifier=ppo_setup.TREE_PSV, build_missing=False))
+    ppo_setup.ensure_default_models(cfg(reward="step"), is_main=True)
+    ppo_setup.ensure_default_models(cfg(reward="outcome", verifier=ppo_setup.TREE_PSV), is_main=True)
+    assert built == [("lm", str(policy), ppo_setup.DEFAULT_VERIFIER_LM), ("psv", str(policy), ppo_setup.TREE_PSV)]
+    (tmp_path / ppo_setup.DEFAULT_VERIFIER_LM).mkdir(parents=True)
+    ppo_setup.ensure_default_models(cfg(reward="step"), is_main=True)
+    assert len(built) == 2  # present: not rebuilt
+
+
 def test_critic_starts_from_the_psv_part_of_a_combined_verifier(models, tmp_path):
     from reward_models.load import load_verifier
     from reward_models.psv import load_psv_model
