@@ -105,9 +105,11 @@ class StepPPOConfig(TrainingArguments):
 
     # --- rewards ------------------------------------------------------------------------------
     reward: str = field(
-        default="step",
-        metadata={"help": f"Reward: {', '.join(REWARD_MODES)}. The default is the verifier's score at the end of "
-                          "every step, no gold answer used; 'gold' is the answer's correctness (README, PPO figures)."},
+        default="outcome",
+        metadata={"help": f"Reward: {', '.join(REWARD_MODES)}. The default is the verifier's whole-path score "
+                          "(--outcome_aggregation) on the last token, no gold answer used; 'step' pays the "
+                          "verifier's score at the end of every step; 'gold' is the answer's correctness "
+                          "(README, PPO figures)."},
     )
     reward_shaping: str = field(
         default="raw",
@@ -117,11 +119,12 @@ class StepPPOConfig(TrainingArguments):
                           "score is a value."},
     )
     outcome_aggregation: str = field(
-        default="last",
+        default="mean",
         metadata={"help": f"--reward outcome: the verifier's whole-path score from its step scores, one of "
-                          f"{', '.join(AGGREGATIONS)}. 'last' is a PSV's score at the final step (a value); "
-                          f"'min' suits verifiers that judge each step on its own (step-confidence), and "
-                          f"with --reward_shaping min gives outcome the same total reward as step."},
+                          f"{', '.join(AGGREGATIONS)}. 'mean' (StepCo's path score) suits verifiers that judge "
+                          f"each step on its own, as the default step-likelihood one does; 'last' is a PSV's "
+                          f"score at the final step (a value); 'min' with --reward_shaping min gives outcome "
+                          f"the same total reward as step."},
     )
     step_reward_weight: float = field(default=1.0, metadata={"help": "Scale of verifier rewards."})
     gold_reward_weight: float = field(default=1.0, metadata={"help": "Scale of the gold outcome reward (1 right, 0 wrong)."})

@@ -148,7 +148,8 @@ def test_steps_not_found_in_tokens_pay_the_same_total_at_the_end(models, tmp_pat
 
 def test_outcome_gold_and_penalties_go_to_the_last_token(models, tmp_path):
     trainer, tok, train = make_trainer(models, tmp_path, FixedVerifier([0.9, 0.2]), reward="outcome",
-                                       reward_shaping="raw", missing_eos_penalty=1.0, no_answer_penalty=0.5)
+                                       reward_shaping="raw", outcome_aggregation="last",
+                                       missing_eos_penalty=1.0, no_answer_penalty=0.5)
     text = join_steps(["Ava has 3 + 4 = 7 apples.", "So 7 - 2 = 5."])  # no <ans>: the no-answer penalty
     batch, ids = rollouts_from_texts(trainer, tok, train[:1], [text], eos=False)  # truncated: missing EOS
     rewards, stats = trainer.rewards(batch)
