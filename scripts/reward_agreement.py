@@ -99,25 +99,18 @@ def report(step_scores: list[list[float] | None], right: list[bool], k: int) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
+    from scripts.sampling_cli import add_sampling_args, sampling_args_error
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--policy", required=True)
+    add_sampling_args(parser, n=200)
     parser.add_argument("--verifier", action="append", required=True,
                         help="a verifier spec (repeat for several)")
     parser.add_argument("--ratio", action="append", default=[],
                         help="A,B: two of the --verifier specs; adds log(A) - log(B) per step")
-    parser.add_argument("--n", type=int, default=200)
-    parser.add_argument("--k", type=int, default=8)
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--max_new_tokens", type=int, default=160)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--batch_size", type=int, default=100)
-    parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    if args.n < 1 or args.k < 2 or args.temperature <= 0:
-        print("error: --n must be >= 1, --k >= 2 and --temperature > 0", file=sys.stderr)
-        return 2
-    if not (Path(args.policy) / "config.json").exists():
-        print(f"error: --policy {args.policy}: no model there (config.json missing)", file=sys.stderr)
+    error = sampling_args_error(args, min_k=2)
+    if error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
     ratios = []
     for r in args.ratio:
@@ -138,25 +131,23 @@ def main(argv: list[str] | None = None) -> int:
 
     one_thread_unless_told()
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from inference.backends.base import SamplingParams
-    from inference.backends.hf import HFGenerator
+    from inference.backends.factory import make_generator
     from reasoning.grading import grade
     from reasoning.prompts import solve_prompt
     from reasoning.steps import split_steps
     from reasoning.world import generate, row_to_problem, world_config_of
     from reward_models.load import load_verifier
 
+    # the world dev split: the prompts RL would see are train ones; the test split stays unseen
     rows = generate("dev", args.n, 0, world_config_of(args.policy))
     problems = [row_to_problem(r) for r in rows]
-    tok = AutoTokenizer.from_pretrained(args.policy)
-    model = AutoModelForCausalLM.from_pretrained(args.policy).eval()
-    gen = HFGenerator(model, tok, batch_size=args.batch_size)
+    sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, n=args.k,
+                              seed=args.seed)
     with torch.no_grad():
-        params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, n=args.k,
-                                seed=args.seed)
-        samples = gen.generate([solve_prompt(p.question) for p in problems], params)
+        samples = make_generator("hf", args.policy, batch_size=args.batch_size).generate(
+            [solve_prompt(p.question) for p in problems], sampling)
     questions, paths, right, index = [], [], [], []
     for p, group in zip(problems, samples):
         for c in group:

@@ -21,21 +21,14 @@ if __package__ in (None, ""):
 
 
 def main(argv: list[str] | None = None) -> int:
+    from scripts.sampling_cli import add_sampling_args, sampling_args_error
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--policy", required=True)
-    parser.add_argument("--n", type=int, default=500)
-    parser.add_argument("--k", type=int, default=8)
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--max_new_tokens", type=int, default=160)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--batch_size", type=int, default=100)
-    parser.add_argument("--out", default=None)
+    add_sampling_args(parser, n=500)
     args = parser.parse_args(argv)
-    if args.n < 1 or args.k < 1 or args.temperature <= 0:
-        print("error: --n and --k must be >= 1 and --temperature > 0", file=sys.stderr)
-        return 2
-    if not (Path(args.policy) / "config.json").exists():
-        print(f"error: --policy {args.policy}: no model there (config.json missing)", file=sys.stderr)
+    error = sampling_args_error(args, min_k=1)
+    if error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
     from reasoning.threads import one_thread_unless_told
 
