@@ -62,7 +62,7 @@ def verifier_lm_world_flags(policy: str) -> list[str]:
 
 def build_default_verifier_lm(policy: str, path: str = DEFAULT_VERIFIER_LM) -> None:
     """The verifier LM of the default verifier: `python -m rl.sft --teacher_noise none` in the
-    policy's world (~8 min on 2 cores). It has seen the clean teacher's demonstrations, never a
+    policy's world (~6 min on 2 cores). It has seen the clean teacher's demonstrations, never a
     step label; its step likelihood is the step reward."""
     from rl import sft
     from reasoning.threads import torch_threads
@@ -102,8 +102,12 @@ def ensure_default_models(args: StepPPOConfig, is_main: bool) -> None:
         build_default_policy(args.policy)
     if args.reward == "gold":
         return
-    if args.verifier == DEFAULT_VERIFIER and not Path(DEFAULT_VERIFIER_LM).exists():
-        build_default_verifier_lm(args.policy, DEFAULT_VERIFIER_LM)
+    if args.verifier == DEFAULT_VERIFIER:
+        if not Path(DEFAULT_VERIFIER_LM).exists():
+            build_default_verifier_lm(args.policy, DEFAULT_VERIFIER_LM)
+        elif world_config_of(DEFAULT_VERIFIER_LM) != world_config_of(args.policy):
+            _log(f"the verifier LM at {DEFAULT_VERIFIER_LM} was taught another world than the policy's: "
+                 "move it away to have it rebuilt in the policy's world")
     if args.verifier == TREE_PSV and not Path(TREE_PSV).exists():
         build_default_verifier(args.policy, TREE_PSV)
 

@@ -359,7 +359,7 @@ def test_shipped_default_recipe_is_the_embedded_default():
 
 
 def test_default_verifier_lm_is_built_in_the_policys_world_only_when_a_verifier_reward_needs_it(
-        models, tmp_path, monkeypatch):
+        models, tmp_path, monkeypatch, capsys):
     """The default verifier (the verifier LM's step likelihood) is trained first when absent and a
     verifier reward reads it, with rl.sft flags that reproduce the policy's world; a gold run, a
     present one, or another spec builds nothing; the checks before loading let the default pass."""
@@ -398,7 +398,11 @@ def test_default_verifier_lm_is_built_in_the_policys_world_only_when_a_verifier_
     assert built == [("lm", str(policy), ppo_setup.DEFAULT_VERIFIER_LM), ("psv", str(policy), ppo_setup.TREE_PSV)]
     (tmp_path / ppo_setup.DEFAULT_VERIFIER_LM).mkdir(parents=True)
     ppo_setup.ensure_default_models(cfg(reward="step"), is_main=True)
-    assert len(built) == 2  # present: not rebuilt
+    assert len(built) == 2  # present: not rebuilt, but a verifier LM of another world is named
+    assert "another world" in capsys.readouterr().err
+    (tmp_path / ppo_setup.DEFAULT_VERIFIER_LM / "world_config.json").write_text(json.dumps(WORLD.__dict__))
+    ppo_setup.ensure_default_models(cfg(reward="step"), is_main=True)
+    assert len(built) == 2 and "another world" not in capsys.readouterr().err
 
 
 def test_critic_starts_from_the_psv_part_of_a_combined_verifier(models, tmp_path):
