@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from transformers import TrainingArguments
 
 from reward_models.verifier import AGGREGATIONS
+from rl.ppo_math import STEP_CREDITS
 from rl.step_rewards import SHAPING_MODES
 
 REWARD_MODES = ("step", "outcome", "gold", "step+gold")
@@ -142,6 +143,13 @@ class StepPPOConfig(TrainingArguments):
                           "process supervision; an outcome reward makes it GRPO; the KL penalty is a k3 loss "
                           "term, as in GRPO)."},
     )
+    step_credit: str = field(
+        default="return",
+        metadata={"help": "--advantage_estimator group with step rewards: 'return' (a token's advantage is the "
+                          "sum of the normalised rewards of its step and every later one, DeepSeekMath's) or "
+                          "'own' (its own step's normalised reward alone: a step neither blamed nor paid for "
+                          "later steps, for verifiers that judge each step on its own)."},
+    )
     gamma: float = field(default=1.0, metadata={"help": "Discount."})
     lam: float = field(default=0.95, metadata={"help": "GAE lambda."})
     whiten_advantages: bool = field(default=True, metadata={"help": "Normalise advantages per batch."})
@@ -190,6 +198,7 @@ class StepPPOConfig(TrainingArguments):
         choose("reward_shaping", self.reward_shaping, SHAPING_MODES)
         choose("outcome_aggregation", self.outcome_aggregation, AGGREGATIONS)
         choose("advantage_estimator", self.advantage_estimator, ADVANTAGE_ESTIMATORS)
+        choose("step_credit", self.step_credit, STEP_CREDITS)
         choose("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
         choose("critic_init", self.critic_init, ("verifier", "policy"))
         choose("rollout_backend", self.rollout_backend, ("hf", "vllm"))

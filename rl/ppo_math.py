@@ -262,8 +262,12 @@ def leave_one_out_baseline(scores: torch.Tensor, group_size: int) -> torch.Tenso
     return (others / (group_size - 1)).reshape(-1)
 
 
+STEP_CREDITS = ("return", "own")
+
+
 def group_step_advantages(
-    rewards: torch.Tensor, reward_mask: torch.Tensor, mask: torch.Tensor, group_size: int, eps: float = 1e-6
+    rewards: torch.Tensor, reward_mask: torch.Tensor, mask: torch.Tensor, group_size: int, eps: float = 1e-6,
+    credit: str = "return",
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Critic-free step-level advantages over [B, T] response tokens (DeepSeekMath's process supervision).
 
@@ -271,8 +275,12 @@ def group_step_advantages(
     tokens (a sample with an outcome reward only has one mark, on its last token), and the B rows
     are groups of `group_size` samples of one prompt, contiguous. Every marked reward is normalised
     by the mean and standard deviation (population) of the marked rewards of its group; a token's
-    advantage is the sum of the normalised rewards marked at or after it. A group whose rewards
-    are all equal (or that has a single reward) has advantage 0 everywhere: it carries no signal.
+    advantage is the sum of the normalised rewards marked at or after it (`credit="return"`), or
+    (`credit="own"`) the normalised reward of the step it belongs to alone, the first marked at or
+    after it (tokens after the last mark get 0): for a verifier that judges each step on its own,
+    a step is then neither blamed for later steps nor paid for them. With one reward per sample
+    (an outcome) the two are the same. A group whose rewards are all equal (or that has a single
+    reward) has advantage 0 everywhere: it carries no signal.
 
     Returns (advantages [B, T], 0 at padding; stats with `flat_groups`, the fraction of groups
     whose marked rewards were all equal).
@@ -282,6 +290,8 @@ def group_step_advantages(
                          f"{tuple(mask.shape)} must have one shape")
     if group_size < 1 or rewards.shape[0] % group_size:
         raise ValueError(f"the batch of {rewards.shape[0]} rows is not made of groups of {group_size}")
+    if credit not in STEP_CREDITS:
+        raise ValueError(f"credit must be one of {', '.join(STEP_CREDITS)}; got {credit!r}")
     mask = _as_float_mask(mask, rewards.float())
     marked = (reward_mask != 0) & (mask != 0)
     rewards = torch.where(marked, rewards.float(), torch.zeros_like(rewards, dtype=torch.float32))
@@ -295,8 +305,16 @@ def group_step_advantages(
     flat = (std.squeeze(-1) <= eps)
     normalised = torch.where(flat[:, None], torch.zeros_like(g), (g - mean) / (std + eps)) * m
     normalised = normalised.view(b, t)
-    # A_t = Σ_{t' >= t} r̃_t': a reversed cumulative sum
-    advantages = torch.flip(torch.cumsum(torch.flip(normalised, [1]), 1), [1]) * mask
+    if credit == "own":
+        # A_t = r̃ at the first marked position t' >= t: a reversed cumulative min of marked indices
+        positions = torch.arange(t, device=rewards.device).expand(b, t)
+        marks = torch.where(marked, positions, torch.full_like(positions, t))
+        following = torch.flip(torch.cummin(torch.flip(marks, [1]), 1).values, [1])
+        padded = torch.cat([normalised, torch.zeros_like(normalised[:, :1])], 1)
+        advantages = padded.gather(1, following) * mask
+    else:
+        # A_t = Σ_{t' >= t} r̃_t': a reversed cumulative sum
+        advantages = torch.flip(torch.cumsum(torch.flip(normalised, [1]), 1), [1]) * mask
     return advantages, {"flat_groups": flat.float().mean().item()}
 
 

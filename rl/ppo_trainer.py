@@ -437,7 +437,7 @@ class StepPPOTrainer:
             extra["value/explained_variance"] = M.explained_variance(old_values, returns, mask)
         elif args.advantage_estimator == "group":
             advantages, group_stats = M.group_step_advantages(token_rewards, batch.reward_mask, mask,
-                                                              args.samples_per_prompt)
+                                                              args.samples_per_prompt, credit=args.step_credit)
             extra["rollout/flat_reward_groups"] = group_stats["flat_groups"]
             returns = old_values = torch.zeros_like(advantages)
         else:

@@ -66,8 +66,13 @@ def stored_settings(out: str | Path) -> dict[str, Any] | None:
     return stored
 
 
+SETTINGS_ADDED_LATER = {"step_credit": "return"}
+"""Settings a run stored before they existed, with the value such a run computed with."""
+
+
 def settings_changes(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """`name: stored -> current` for each setting a resume may not change."""
+    stored = {**{k: v for k, v in SETTINGS_ADDED_LATER.items() if k in current}, **stored}
     return [f"{k}: {stored.get(k)!r} -> {current.get(k)!r}" for k in sorted(set(stored) | set(current))
             if k not in MAY_DIFFER_ON_RESUME and stored.get(k) != current.get(k)]
 

@@ -220,12 +220,14 @@ def test_lora_reference_is_the_base_with_adapters_disabled(models, tmp_path):
     assert not torch.allclose(now.detach(), ref1, atol=1e-4)  # the adapters did
 
 
-@pytest.mark.parametrize("reward", ["step", "outcome", "gold", "step+gold"])
+@pytest.mark.parametrize("reward", ["step", "outcome", "gold", "step+gold", "step own"])
 def test_ppo_step_writes_metrics_eval_and_checkpoints(models, tmp_path, reward):
-    out = tmp_path / reward.replace("+", "_")
-    extra = ["--reward", reward]
+    out = tmp_path / reward.replace("+", "_").replace(" ", "_")
+    extra = ["--reward", reward.split()[0]]
     if reward == "gold":
         extra += ["--advantage_estimator", "rloo"]
+    if reward == "step own":  # the group estimator, each step credited with its own reward
+        extra += ["--advantage_estimator", "group", "--step_credit", "own"]
     assert ppo_step.main(tiny_args(models, out, *extra)) == 0
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["update"] for m in lines] == [0, 1, 2]  # update 0: the probe before training
@@ -286,6 +288,18 @@ def test_bad_config_values_are_clear_errors(models, tmp_path, capsys):
     assert "--reward must be one of" in capsys.readouterr().err
     assert ppo_step.main(tiny_args(models, tmp_path / "y", "--advantage_estimator", "rloo",
                                    "--samples_per_prompt", "1")) == 2
+    capsys.readouterr()
+    assert ppo_step.main(tiny_args(models, tmp_path / "z", "--step_credit", "future")) == 2
+    assert "--step_credit must be one of return, own" in capsys.readouterr().err
+
+
+def test_a_run_stored_before_a_setting_existed_resumes_with_the_value_it_computed_with():
+    from rl.run_dir import settings_changes
+
+    old_run = {"learning_rate": 1e-3}  # written before --step_credit existed: its runs summed returns
+    assert settings_changes(old_run, {"learning_rate": 1e-3, "step_credit": "return"}) == []
+    assert settings_changes(old_run, {"learning_rate": 1e-3, "step_credit": "own"}) == [
+        "step_credit: 'return' -> 'own'"]
 
 
 def _env():

@@ -312,6 +312,26 @@ def test_group_step_advantages_match_hand_computed_values():
     assert stats["flat_groups"] == 0.0
 
 
+def test_group_step_advantages_with_own_step_credit_match_hand_computed_values():
+    # the same group as above; with credit="own" a token gets its own step's normalised reward
+    # (the first mark at or after it) and nothing from later steps; a token after a sample's last
+    # mark (sample 1, token 3 unmasked here) gets 0; an outcome-only group is the same either way
+    rewards = torch.tensor([[0.0, 0.2, 0.0, 0.8], [0.0, 0.0, 0.5, 0.0]])
+    marks = torch.tensor([[0, 1, 0, 1], [0, 0, 1, 0]])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 1]])
+    adv, _ = ppo_math.group_step_advantages(rewards, marks, mask, group_size=2, credit="own")
+    mean = (0.2 + 0.8 + 0.5) / 3
+    std = (((0.2 - mean) ** 2 + (0.8 - mean) ** 2 + (0.5 - mean) ** 2) / 3) ** 0.5
+    r = [(x - mean) / (std + 1e-6) for x in (0.2, 0.8, 0.5)]
+    expected = torch.tensor([[r[0], r[0], r[1], r[1]], [r[2], r[2], r[2], 0.0]])
+    assert torch.allclose(adv, expected, atol=1e-5)
+    outcome = torch.tensor([[0.0, 1.0], [0.0, 0.0]]), torch.tensor([[0, 1], [0, 1]]), torch.ones(2, 2)
+    assert torch.equal(ppo_math.group_step_advantages(*outcome, group_size=2, credit="own")[0],
+                       ppo_math.group_step_advantages(*outcome, group_size=2)[0])
+    with pytest.raises(ValueError, match="credit"):
+        ppo_math.group_step_advantages(rewards, marks, mask, group_size=2, credit="future")
+
+
 def test_group_outcome_rewards_are_grpo_and_flat_groups_carry_nothing():
     # an outcome reward on the last token of each sample is GRPO: (r - mean) / std of the group,
     # on every token of the response; the second group's samples all scored 1: no signal
