@@ -7,6 +7,7 @@ the text the model read.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import torch
@@ -14,6 +15,9 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 from inference.backends.base import Completion, SamplingParams, cut_at_stop
 from reasoning.prompts import format_prompts
+
+
+_TOKENIZER_LOCK = threading.Lock()
 
 
 class HFGenerator:
@@ -50,9 +54,16 @@ class HFGenerator:
                 return value
         return None
 
+    def _encode(self, texts: list[str], **kwargs):
+        # A fast tokenizer keeps its padding setting in shared state: a call without padding on one
+        # thread (a server's request handler counting tokens) while another pads a batch (the
+        # server's batcher) used to leave that batch unpadded. One call at a time.
+        with _TOKENIZER_LOCK:
+            return self.tokenizer(texts, add_special_tokens=False, **kwargs)
+
     def count_tokens(self, texts: list[str]) -> list[int]:
         """Tokens of each text as `generate` encodes a prompt (no special tokens added)."""
-        return [len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+        return [len(ids) for ids in self._encode(list(texts))["input_ids"]]
 
     @torch.no_grad()
     def generate(self, prompts: list[str], params: SamplingParams,
@@ -68,7 +79,7 @@ class HFGenerator:
         jobs = [(i, p) for i, p in enumerate(prompts) for _ in range(params.n)]
         for start in range(0, len(jobs), self.batch_size):
             chunk = jobs[start : start + self.batch_size]
-            enc = tok([p for _, p in chunk], return_tensors="pt", padding=True, add_special_tokens=False)
+            enc = self._encode([p for _, p in chunk], return_tensors="pt", padding=True)
             enc = {k: v.to(self.device) for k, v in enc.items()}
             kwargs = dict(max_new_tokens=params.max_new_tokens, pad_token_id=tok.pad_token_id)
             if params.temperature > 0:
