@@ -158,6 +158,12 @@ class StepPPOConfig(TrainingArguments):
     cliprange: float = field(default=0.2, metadata={"help": "Policy ratio clip."})
     cliprange_value: float = field(default=0.2, metadata={"help": "Value clip."})
     vf_coef: float = field(default=0.5, metadata={"help": "Value loss weight."})
+    entropy_coef: float = field(
+        default=0.0,
+        metadata={"help": "Entropy bonus: the loss subtracts entropy_coef times the policy's mean per-token "
+                          "entropy (nats) on the sampled responses, against the collapse of sampling diversity "
+                          "late in a run. 0: off."},
+    )
     kl_coef: float = field(default=0.02, metadata={"help": "KL penalty coefficient (initial, if adaptive)."})
     kl_estimator: str = field(default="k1", metadata={"help": f"Per-token KL estimator: {', '.join(KL_ESTIMATORS)}."})
     adaptive_kl: bool = field(default=False, metadata={"help": "Ziegler et al.'s adaptive KL controller."})
@@ -221,6 +227,8 @@ class StepPPOConfig(TrainingArguments):
                              f"num_mini_batches ({self.num_mini_batches})")
         if self.kl_coef < 0:
             raise ValueError(f"--kl_coef must be >= 0, got {self.kl_coef}")
+        if self.entropy_coef < 0:
+            raise ValueError(f"--entropy_coef must be >= 0, got {self.entropy_coef}")
         if self.reward_clip is not None and self.reward_clip <= 0:
             raise ValueError(f"--reward_clip must be > 0, got {self.reward_clip}")
 

@@ -468,6 +468,9 @@ class StepPPOTrainer:
                                                          with_values=args.advantage_estimator == "gae")
                 pg_loss, pg_stats = M.policy_loss(logprobs, old_logprobs[mb], advantages[mb], m, args.cliprange)
                 loss = policy_coef * pg_loss
+                token_entropy = M.entropy_from_logits(logits) if args.entropy_coef else None
+                if token_entropy is not None:
+                    loss = loss - policy_coef * args.entropy_coef * M.masked_mean(token_entropy, m)
                 if kl_in_loss and self.kl_ctl.value:
                     kl_loss = M.masked_mean(M.per_token_kl(logprobs, ref_logprobs[mb], "k3"), m)
                     loss = loss + self.kl_ctl.value * kl_loss
@@ -488,7 +491,8 @@ class StepPPOTrainer:
                 self.scheduler.step()
                 self.optimizer.zero_grad()
                 with torch.no_grad():
-                    entropy = M.masked_mean(M.entropy_from_logits(logits), m).item()
+                    entropy = M.masked_mean(token_entropy if token_entropy is not None
+                                            else M.entropy_from_logits(logits), m).item()
                 _add(stats, "loss/policy", pg_loss.item())
                 _add(stats, "policy/entropy", entropy)
                 _add(stats, "policy/clipfrac", float(pg_stats["clipfrac"]))

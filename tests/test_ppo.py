@@ -300,6 +300,9 @@ def test_a_run_stored_before_a_setting_existed_resumes_with_the_value_it_compute
     assert settings_changes(old_run, {"learning_rate": 1e-3, "step_credit": "return"}) == []
     assert settings_changes(old_run, {"learning_rate": 1e-3, "step_credit": "own"}) == [
         "step_credit: 'return' -> 'own'"]
+    # written before --entropy_coef existed: no entropy bonus
+    assert settings_changes(old_run, {"learning_rate": 1e-3, "entropy_coef": 0.0}) == []
+    assert settings_changes(old_run, {"learning_rate": 1e-3, "entropy_coef": 0.01}) == ["entropy_coef: 0.0 -> 0.01"]
 
 
 def _env():
@@ -588,3 +591,35 @@ def test_group_estimator_normalises_only_credited_rewards(models, tmp_path):
     rewards, _ = trainer.rewards(batch)
     assert batch.reward_mask[0].nonzero().flatten().tolist() == [len(ids[0]) - 1]
     assert rewards[0, len(ids[0]) - 1].item() == pytest.approx(0.2)
+
+
+def test_entropy_bonus_raises_the_policys_entropy_where_rewards_give_no_gradient(models, tmp_path):
+    """With the same reward for every sample (zero group advantages) and no KL term, an update moves
+    the policy only through --entropy_coef: off, the weights stay bit-identical; on, they move and the
+    policy's entropy on a fixed batch of responses rises."""
+    import rl.ppo_math as M
+
+    def entropy_on(trainer, batch):
+        with torch.no_grad():
+            logits, _, _ = trainer._forward(trainer.model, batch, torch.arange(len(batch.texts)), with_values=False)
+            return M.masked_mean(M.entropy_from_logits(logits), batch.response_mask).item()
+
+    texts = [join_steps(THREE_STEPS)] * 2
+    for coef in (0.0, 1.0):
+        trainer, tok, train = make_trainer(models, tmp_path / str(coef), FixedVerifier([0.5]), advantage_estimator="group",
+                                           reward="outcome", outcome_aggregation="mean", kl_coef=0.0, learning_rate=1e-2,
+                                           no_answer_penalty=0.0, missing_eos_penalty=0.0,
+                                           entropy_coef=coef)
+        batch, _ = rollouts_from_texts(trainer, tok, train[:2], texts)
+        before_w = [p.detach().clone() for p in trainer._unwrapped_policy().parameters()]
+        before = entropy_on(trainer, batch)
+        metrics = trainer.step(0)
+        assert metrics["rollout/flat_reward_groups"] == 1.0
+        moved = any(not torch.equal(a, b) for a, b in zip(before_w, trainer._unwrapped_policy().parameters()))
+        if coef == 0.0:
+            assert not moved and entropy_on(trainer, batch) == before
+        else:
+            # a bonus with the wrong sign would lower it (the untrained policy is near uniform, so the rise is small)
+            assert moved and entropy_on(trainer, batch) > before, (before, entropy_on(trainer, batch))
+    with pytest.raises(ValueError, match="entropy_coef"):
+        StepPPOConfig(output_dir=str(tmp_path / "bad"), entropy_coef=-0.1).validate()
