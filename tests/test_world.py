@@ -246,3 +246,50 @@ def test_numbers_too_long_to_parse_are_format_errors_not_crashes():
     assert w.error_kind(HAND, [f"Ava now has 7 - 2 = {huge} marbles."]) == "format"
     assert w.error_kind(HAND, [f"The answer is <ans>{huge}</ans>."]) == "format"
     assert w.error_kind(HAND, [f"Ava now has {huge} - 2 = 5 marbles."]) in ("format", "slip")
+
+
+def test_name_use_figures_by_hand(tmp_path, capsys):
+    """scripts/name_use.py on paths written by hand: the gold steps (names right), the same steps all
+    under one name (every right computation a naming slip) and a wrong path under a name the problem
+    does not have (an unknown_quantity error)."""
+    import re
+
+    from reasoning.steps import join_steps
+    from scripts.name_use import main, name_use, step_names
+
+    rows = w.generate("test", 3, 0)
+    by_id = {r["id"]: r for r in rows}
+    p0, p2 = rows[0], rows[2]  # 3 computation steps each, three different names
+    assert step_names(p0["steps"]) == ["Ava", "Gus", "Jay"]
+    assert step_names(["Together they have 1 + 2 = 3 coins.", "The answer is <ans>3</ans>."]) == []
+
+    def one_name(steps, name):
+        return [re.sub(r"^[A-Z][a-z]+ (now )?has", lambda m: f"{name} {m.group(1) or ''}has", s) for s in steps]
+
+    gold = [{"id": p["id"], "completion": join_steps(p["steps"]), "correct": True} for p in (p0, p2)]
+    assert name_use(gold, by_id) == {
+        "paths": 2, "multi_step_paths": 2, "one_name": 0.0, "top_name": "Ava", "top_name_share": 1 / 6,
+        "right_steps": 6, "naming_slips": 0.0, "unknown_quantity_errors": 0}
+    renamed = [{"id": p0["id"], "completion": join_steps(one_name(p0["steps"], "Gus")), "correct": True}]
+    # Gus is one of p0's people: his own step is named right, the two others are slips
+    assert name_use(renamed, by_id)["one_name"] == 1.0 and name_use(renamed, by_id)["naming_slips"] == 2 / 3
+    wrong = [{"id": p2["id"], "completion": join_steps(["Zed has 2 + 2 = 4 marbles.", "The answer is <ans>4</ans>."]),
+              "correct": False}]
+    assert name_use(wrong, by_id) == {
+        "paths": 1, "multi_step_paths": 0, "one_name": None, "top_name": "Zed", "top_name_share": 1.0,
+        "right_steps": 0, "naming_slips": None, "unknown_quantity_errors": 1}
+
+    run = tmp_path / "run_s0"
+    run.mkdir()
+    policy = tmp_path / "policy"
+    policy.mkdir()
+    (run / "run_config.json").write_text(json.dumps({"policy": str(policy), "world_seed": 0, "n_eval": 3}))
+    (run / "eval_before_rows.jsonl").write_text("\n".join(json.dumps(r) for r in gold))
+    (run / "eval_after_rows.jsonl").write_text("\n".join(json.dumps(r) for r in renamed))
+    assert main([str(run), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["run_s0 before"]["naming_slips"] == 0.0 and out["run_s0 after"]["one_name"] == 1.0
+    (run / "eval_after_rows.jsonl").write_text(json.dumps({"id": "world-test-9-0", "completion": "", "correct": False}))
+    assert main([str(run)]) == 2 and "not one of the rebuilt world problems" in capsys.readouterr().err
+    (run / "run_config.json").unlink()
+    assert main([str(run)]) == 2 and "--policy" in capsys.readouterr().err
