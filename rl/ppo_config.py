@@ -150,6 +150,12 @@ class StepPPOConfig(TrainingArguments):
                           "'own' (its own step's normalised reward alone: a step neither blamed nor paid for "
                           "later steps, for verifiers that judge each step on its own)."},
     )
+    drop_flat_groups: bool = field(
+        default=False,
+        metadata={"help": "Under the group estimator, leave out of the loss (policy, KL and entropy terms) every "
+                          "sample of a prompt whose samples all got the same rewards, as DAPO filters them: they "
+                          "carry no signal, and inside the token mean they only shrink the step on the others."},
+    )
     gamma: float = field(default=1.0, metadata={"help": "Discount."})
     lam: float = field(default=0.95, metadata={"help": "GAE lambda."})
     whiten_advantages: bool = field(default=True, metadata={"help": "Normalise advantages per batch."})
@@ -227,6 +233,9 @@ class StepPPOConfig(TrainingArguments):
                              f"num_mini_batches ({self.num_mini_batches})")
         if self.kl_coef < 0:
             raise ValueError(f"--kl_coef must be >= 0, got {self.kl_coef}")
+        if self.drop_flat_groups and self.advantage_estimator != "group":
+            raise ValueError("--drop_flat_groups needs --advantage_estimator group (it drops the prompts whose "
+                             f"samples all got the same rewards); got {self.advantage_estimator!r}")
         if self.entropy_coef < 0:
             raise ValueError(f"--entropy_coef must be >= 0, got {self.entropy_coef}")
         if self.reward_clip is not None and self.reward_clip <= 0:

@@ -431,6 +431,7 @@ class StepPPOTrainer:
         kl = M.per_token_kl(old_logprobs, ref_logprobs, args.kl_estimator) * mask
         extra: dict[str, float] = {}
         kl_in_loss = args.advantage_estimator == "group"  # GRPO's placement: a loss term, not a reward
+        loss_mask = mask  # the tokens the loss averages over
         token_rewards = scores if kl_in_loss else scores - self.kl_ctl.value * kl
         if args.advantage_estimator == "gae":
             advantages, returns = M.gae(token_rewards, old_values * mask, mask, args.gamma, args.lam)
@@ -440,6 +441,9 @@ class StepPPOTrainer:
                                                               args.samples_per_prompt, credit=args.step_credit)
             extra["rollout/flat_reward_groups"] = group_stats["flat_groups"]
             returns = old_values = torch.zeros_like(advantages)
+            if args.drop_flat_groups:  # DAPO: no flat group in the loss; the others keep their weight
+                kept = ~M.flat_group_rows(token_rewards, batch.reward_mask, mask, args.samples_per_prompt)
+                loss_mask = mask * kept[:, None].to(mask.dtype)
         else:
             togo = M.discounted_returns(token_rewards, mask, args.gamma)
             baseline = M.leave_one_out_baseline(togo[:, 0], args.samples_per_prompt)
@@ -463,7 +467,7 @@ class StepPPOTrainer:
             order = torch.randperm(n, generator=gen).to(mask.device)
             for start in range(0, n, mb_size):
                 mb = order[start : start + mb_size]
-                m = mask[mb]
+                m = loss_mask[mb]
                 logits, logprobs, values = self._forward(self.model, batch, mb,
                                                          with_values=args.advantage_estimator == "gae")
                 pg_loss, pg_stats = M.policy_loss(logprobs, old_logprobs[mb], advantages[mb], m, args.cliprange)
@@ -492,7 +496,7 @@ class StepPPOTrainer:
                 self.optimizer.zero_grad()
                 with torch.no_grad():
                     entropy = M.masked_mean(token_entropy if token_entropy is not None
-                                            else M.entropy_from_logits(logits), m).item()
+                                            else M.entropy_from_logits(logits), mask[mb]).item()
                 _add(stats, "loss/policy", pg_loss.item())
                 _add(stats, "policy/entropy", entropy)
                 _add(stats, "policy/clipfrac", float(pg_stats["clipfrac"]))

@@ -623,3 +623,21 @@ def test_entropy_bonus_raises_the_policys_entropy_where_rewards_give_no_gradient
             assert moved and entropy_on(trainer, batch) > before, (before, entropy_on(trainer, batch))
     with pytest.raises(ValueError, match="entropy_coef"):
         StepPPOConfig(output_dir=str(tmp_path / "bad"), entropy_coef=-0.1).validate()
+
+
+def test_drop_flat_groups_leaves_groups_without_signal_out_of_the_loss(models, tmp_path):
+    """With the same reward for every sample every group is flat: with --drop_flat_groups nothing is
+    left in the loss, so even an entropy bonus moves no weight; without it the bonus moves them. The
+    flag needs the group estimator."""
+    for drop in (True, False):
+        trainer, _, _ = make_trainer(models, tmp_path / str(drop), FixedVerifier([0.5]), advantage_estimator="group",
+                                     reward="outcome", outcome_aggregation="mean", kl_coef=0.02, learning_rate=1e-2,
+                                     no_answer_penalty=0.0, missing_eos_penalty=0.0, entropy_coef=1.0,
+                                     drop_flat_groups=drop)
+        before = [p.detach().clone() for p in trainer._unwrapped_policy().parameters()]
+        metrics = trainer.step(0)
+        assert metrics["rollout/flat_reward_groups"] == 1.0 and metrics["policy/entropy"] > 0
+        moved = any(not torch.equal(a, b) for a, b in zip(before, trainer._unwrapped_policy().parameters()))
+        assert moved is not drop
+    with pytest.raises(ValueError, match="drop_flat_groups needs --advantage_estimator group"):
+        StepPPOConfig(output_dir=str(tmp_path / "bad"), advantage_estimator="gae", drop_flat_groups=True).validate()

@@ -376,3 +376,24 @@ def test_rl_comparison_pairs_runs_by_seed_and_problem():
     assert got["seeds"] == ["0"]  # seed 1 and seed 2 are not shared
     assert abs(got["diff"] - 2 / 3) < 1e-9 and got["ci_low"] <= got["diff"] <= got["ci_high"]
     assert against_first(first, {"7": {"a": 1.0}}, resamples=200) is None
+
+
+def test_flat_group_rows_marks_the_groups_without_signal():
+    """Three groups of two samples over three tokens: rewards that differ (signal), equal step rewards
+    placed at different tokens (flat: the same multiset), and a group with a single marked reward
+    (flat); unmarked tokens and padding are ignored whatever they hold."""
+    rewards = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0],      # group 0: 1 vs 0 -> signal
+                            [0.5, 9.0, 0.0], [0.0, 0.5, 0.0],      # group 1: 0.5 and 0.5 (9.0 unmarked) -> flat
+                            [0.0, 0.0, 0.7], [3.0, 0.0, 0.0]])     # group 2: one mark (the 3.0 is padding) -> flat
+    reward_mask = torch.tensor([[0, 0, 1], [0, 0, 1],
+                                [1, 0, 0], [0, 1, 0],
+                                [0, 0, 1], [1, 0, 0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 1],
+                         [1, 1, 1], [1, 1, 0],
+                         [1, 1, 1], [0, 1, 1]])
+    assert ppo_math.flat_group_rows(rewards, reward_mask, mask, 2).tolist() == [False, False, True, True, True, True]
+    advantages, stats = ppo_math.group_step_advantages(rewards, reward_mask, mask, 2)
+    assert stats["flat_groups"] == pytest.approx(2 / 3)
+    assert advantages[2:].abs().sum() == 0 and advantages[:2].abs().sum() > 0  # the same groups, seen alike
+    with pytest.raises(ValueError, match="groups of 4"):
+        ppo_math.flat_group_rows(rewards, reward_mask, mask, 4)
