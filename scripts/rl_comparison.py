@@ -128,14 +128,16 @@ def main(argv: list[str] | None = None) -> int:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name, runs in curves.items():
+    styles = ("-", "--", ":", "-.")  # a new line style after every 10 colours, so no two curves look alike
+    for k, (name, runs) in enumerate(curves.items()):
         xs = sorted({r for points in runs for r, _ in points if all(r in dict(p) for p in runs)})
         if not xs:
             continue
         values = [[dict(points)[x] for points in runs] for x in xs]
         mean = [sum(v) / len(v) for v in values]
-        ax.plot(xs, mean, marker="o", markersize=3, label=f"{name} ({len(runs)} seeds)")
-        ax.fill_between(xs, [min(v) for v in values], [max(v) for v in values], alpha=0.15)
+        line, = ax.plot(xs, mean, marker="o", markersize=3, linestyle=styles[(k // 10) % len(styles)],
+                        color=f"C{k % 10}", label=f"{name} ({len(runs)} seeds)")
+        ax.fill_between(xs, [min(v) for v in values], [max(v) for v in values], alpha=0.15, color=line.get_color())
     ax.set_xlabel("rollouts (responses sampled)")
     ax.set_ylabel("greedy accuracy on the probe problems")
     ax.grid(alpha=0.3)
