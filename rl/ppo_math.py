@@ -63,7 +63,6 @@ __all__ = [
     "FixedKLController",
     "discounted_returns",
     "entropy_from_logits",
-    "flat_group_rows",
     "explained_variance",
     "gae",
     "group_step_advantages",
@@ -266,35 +265,10 @@ def leave_one_out_baseline(scores: torch.Tensor, group_size: int) -> torch.Tenso
 STEP_CREDITS = ("return", "own")
 
 
-def _group_moments(rewards: torch.Tensor, marked: torch.Tensor, group_size: int):
-    """Marked rewards per group ([B/G, G*T]), the marks, and their mean and population std ([B/G, 1])."""
-    b, t = rewards.shape
-    rewards = torch.where(marked, rewards.float(), torch.zeros_like(rewards, dtype=torch.float32))
-    g = rewards.view(-1, group_size * t)
-    m = marked.view(-1, group_size * t).float()
-    count = m.sum(-1, keepdim=True)
-    mean = (g * m).sum(-1, keepdim=True) / count.clamp(min=1)
-    var = (((g - mean) ** 2) * m).sum(-1, keepdim=True) / count.clamp(min=1)
-    return g, m, mean, var.sqrt()
-
-
-def flat_group_rows(
-    rewards: torch.Tensor, reward_mask: torch.Tensor, mask: torch.Tensor, group_size: int, eps: float = 1e-6,
-) -> torch.Tensor:
-    """[B] bool: the rows whose group's marked rewards are all equal (or that has a single marked
-    reward), the groups `group_step_advantages` gives advantage 0 everywhere. DAPO leaves such
-    groups out of the batch: they carry no signal, and inside a token mean they only dilute it."""
-    if group_size < 1 or rewards.shape[0] % group_size:
-        raise ValueError(f"the batch of {rewards.shape[0]} rows is not made of groups of {group_size}")
-    marked = (reward_mask != 0) & (_as_float_mask(mask, rewards.float()) != 0)
-    _, _, _, std = _group_moments(rewards, marked, group_size)
-    return (std.squeeze(-1) <= eps).repeat_interleave(group_size)
-
-
 def group_step_advantages(
     rewards: torch.Tensor, reward_mask: torch.Tensor, mask: torch.Tensor, group_size: int, eps: float = 1e-6,
     credit: str = "return",
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, dict]:
     """Critic-free step-level advantages over [B, T] response tokens (DeepSeekMath's process supervision).
 
     `rewards` holds each step's reward on the token that ends the step, `reward_mask` marks those
@@ -309,7 +283,9 @@ def group_step_advantages(
     reward) has advantage 0 everywhere: it carries no signal.
 
     Returns (advantages [B, T], 0 at padding; stats with `flat_groups`, the fraction of groups
-    whose marked rewards were all equal).
+    whose marked rewards were all equal, and `flat_rows`, a [B] bool tensor marking the rows of
+    those groups, which DAPO leaves out of the batch: they carry no signal, and inside a token mean
+    they only dilute it).
     """
     if rewards.shape != reward_mask.shape or rewards.shape != mask.shape:
         raise ValueError(f"rewards {tuple(rewards.shape)}, reward_mask {tuple(reward_mask.shape)} and mask "
@@ -320,8 +296,14 @@ def group_step_advantages(
         raise ValueError(f"credit must be one of {', '.join(STEP_CREDITS)}; got {credit!r}")
     mask = _as_float_mask(mask, rewards.float())
     marked = (reward_mask != 0) & (mask != 0)
+    rewards = torch.where(marked, rewards.float(), torch.zeros_like(rewards, dtype=torch.float32))
     b, t = rewards.shape
-    g, m, mean, std = _group_moments(rewards, marked, group_size)
+    g = rewards.view(-1, group_size * t)
+    m = marked.view(-1, group_size * t).float()
+    count = m.sum(-1, keepdim=True)
+    mean = (g * m).sum(-1, keepdim=True) / count.clamp(min=1)
+    var = (((g - mean) ** 2) * m).sum(-1, keepdim=True) / count.clamp(min=1)
+    std = var.sqrt()
     flat = (std.squeeze(-1) <= eps)
     normalised = torch.where(flat[:, None], torch.zeros_like(g), (g - mean) / (std + eps)) * m
     normalised = normalised.view(b, t)
@@ -335,7 +317,7 @@ def group_step_advantages(
     else:
         # A_t = Σ_{t' >= t} r̃_t': a reversed cumulative sum
         advantages = torch.flip(torch.cumsum(torch.flip(normalised, [1]), 1), [1]) * mask
-    return advantages, {"flat_groups": flat.float().mean().item()}
+    return advantages, {"flat_groups": flat.float().mean().item(), "flat_rows": flat.repeat_interleave(group_size)}
 
 
 # ---------------------------------------------------------------------------------------------

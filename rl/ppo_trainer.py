@@ -442,7 +442,7 @@ class StepPPOTrainer:
             extra["rollout/flat_reward_groups"] = group_stats["flat_groups"]
             returns = old_values = torch.zeros_like(advantages)
             if args.drop_flat_groups:  # DAPO: no flat group in the loss; the others keep their weight
-                kept = ~M.flat_group_rows(token_rewards, batch.reward_mask, mask, args.samples_per_prompt)
+                kept = ~group_stats["flat_rows"]
                 loss_mask = mask * kept[:, None].to(mask.dtype)
         else:
             togo = M.discounted_returns(token_rewards, mask, args.gamma)

@@ -378,7 +378,7 @@ def test_rl_comparison_pairs_runs_by_seed_and_problem():
     assert against_first(first, {"7": {"a": 1.0}}, resamples=200) is None
 
 
-def test_flat_group_rows_marks_the_groups_without_signal():
+def test_group_advantages_mark_the_rows_of_groups_without_signal():
     """Three groups of two samples over three tokens: rewards that differ (signal), equal step rewards
     placed at different tokens (flat: the same multiset), and a group with a single marked reward
     (flat); unmarked tokens and padding are ignored whatever they hold."""
@@ -391,9 +391,9 @@ def test_flat_group_rows_marks_the_groups_without_signal():
     mask = torch.tensor([[1, 1, 1], [1, 1, 1],
                          [1, 1, 1], [1, 1, 0],
                          [1, 1, 1], [0, 1, 1]])
-    assert ppo_math.flat_group_rows(rewards, reward_mask, mask, 2).tolist() == [False, False, True, True, True, True]
     advantages, stats = ppo_math.group_step_advantages(rewards, reward_mask, mask, 2)
+    assert stats["flat_rows"].tolist() == [False, False, True, True, True, True]
     assert stats["flat_groups"] == pytest.approx(2 / 3)
     assert advantages[2:].abs().sum() == 0 and advantages[:2].abs().sum() > 0  # the same groups, seen alike
     with pytest.raises(ValueError, match="groups of 4"):
-        ppo_math.flat_group_rows(rewards, reward_mask, mask, 4)
+        ppo_math.group_step_advantages(rewards, reward_mask, mask, 4)
