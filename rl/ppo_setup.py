@@ -64,8 +64,8 @@ def build_default_verifier_lm(policy: str, path: str = DEFAULT_VERIFIER_LM) -> N
     """The verifier LM of the default verifier: `python -m rl.sft --teacher_noise none` in the
     policy's world (~6 min on 2 cores). It has seen the clean teacher's demonstrations, never a
     step label; its step likelihood is the step reward."""
-    from rl import sft
     from reasoning.threads import torch_threads
+    from rl import sft
 
     argv = ["--output_dir", path, "--teacher_noise", "none", *verifier_lm_world_flags(policy)]
     _log(f"no verifier LM at {path}: training it first (python -m rl.sft {' '.join(argv)})")

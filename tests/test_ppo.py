@@ -338,7 +338,9 @@ def test_two_cpu_processes_keep_identical_policies(models, tmp_path):
            str(ROOT / "configs" / "accelerate" / "cpu_2proc.yaml"), str(ROOT / "rl" / "ppo_step.py"),
            *tiny_args(models, out, "--n_eval", "2", "--lr_scheduler_type", "linear")]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    # on failure, show each rank's own lines too: the tail alone is the launcher's report of rank 0's SIGTERM
+    rank_lines = "\n".join(line for line in done.stderr.splitlines() if "[rank1]" in line or "Error" in line)
+    assert done.returncode == 0, rank_lines[-3000:] + "\n---\n" + done.stderr[-2000:]
     result = json.loads((out / "eval.json").read_text())
     assert result["processes"] == 2
     assert result["responses_per_update"] == 2 * 4 * 2

@@ -236,8 +236,9 @@ def test_reward_agreement_figures_by_hand(tmp_path):
     does scores 1.0, a constant score 0.5, a reversed one 0.0; samples without steps rank last."""
     import json
 
-    from scripts.reward_agreement import advantage_corr, main, pair_accuracy, report
     from tiny_world_policy import save_tiny_world_policy
+
+    from scripts.reward_agreement import advantage_corr, main, pair_accuracy, report
 
     right = [True, False, False, True]  # one group of 4: 2 right x 2 wrong = 4 pairs
     assert pair_accuracy([([0.9, 0.1, 0.2, 0.8], right)]) == (1.0, 4)
