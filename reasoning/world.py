@@ -80,12 +80,15 @@ DIFF_PHRASES = ["{new} has as many {item} as the difference between {a} and {b}.
 OP_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "sum": "+", "diff": "-", "gain": "+", "lose": "-"}
 
 TOTAL_KEY = "@total"
-ERROR_KINDS = ("format", "slip", "misread_inverse", "misread_stale", "wrong_operand", "wrong_operation",
-               "wrong_answer", "unknown_quantity", "other")
+ERROR_KINDS = ("format", "slip", "misread_inverse", "misread_stale", "misread_direct", "wrong_operand",
+               "wrong_operation", "wrong_answer", "unknown_quantity", "other")
 """Kinds of step error. A wrong step that only carries an earlier error forward is `propagated`.
 `misread_inverse`: an inversely phrased relation computed with the operation its words name
 ('Ava has 3 fewer than Ben' read as Ben = Ava - 3); `misread_stale`: a person's count before an
-event used where the count after it is meant."""
+event used where the count after it is meant; `misread_direct`: the mirror of `misread_inverse`, a
+directly phrased relation computed with the inverse operation ('Ava has 3 fewer than Ben' computed as
+Ben + 3), what a reader who learned to flip relations without telling which ones are inverse writes.
+No teacher writes it; RL that unlearns the inverse misreading can."""
 MISREADINGS = ("inverse", "stale")
 """The decisions a weaker teacher gets wrong (`teacher_solution`), by kind."""
 INVERSE_OP = {"add": "sub", "sub": "add", "mul": "div", "div": "mul"}
@@ -574,6 +577,19 @@ class _Reading:
                     return "misread_stale"
         return None
 
+    def overturned(self, x: Fraction, sym: str, y: Fraction, path: dict[str, Fraction], done: set[str]) -> str | None:
+        """'misread_direct' when the computation is a needed, directly phrased relation (not among
+        `done`, its derived operands already computed by this path) computed with the inverse
+        operation on the operands this path carries. Used to name an error, never to judge a step."""
+        for key in self.needed:
+            q = self.quantities[key]
+            if key in done or q.get("inverse") or q["op"] not in INVERSE_OP or any(
+                    isinstance(a, str) and self.quantities[a]["op"] is not None and a not in path for a in q["args"]):
+                continue
+            if sym == OP_SYMBOL[INVERSE_OP[q["op"]]] and _same(sym, [x, y], self.operands(key, path)):
+                return "misread_direct"
+        return None
+
 
 def _same(sym: str, got: list[Fraction], want: list[Fraction]) -> bool:
     return sorted(got) == sorted(want) if sym in "+*" else list(got) == list(want)
@@ -645,7 +661,8 @@ def _check_computation(text, quantities, true, claimed_by_path, reading: _Readin
     if not by_computation and key in quantities and claimed == true[key]:
         return StepCheck(True, "correct", key, _fmt(claimed), _fmt(true[key]))
     # wrong: a taught misreading, unless the step only carries an earlier error forward
-    misread = reading.misreading(*parsed, claimed_by_path, done) if parsed is not None else None
+    misread = (reading.misreading(*parsed, claimed_by_path, done)
+               or reading.overturned(*parsed, claimed_by_path, done)) if parsed is not None else None
     if key not in quantities:
         return StepCheck(False, misread or "unknown_quantity", key, _fmt(claimed))
     q = quantities[key]

@@ -2,6 +2,7 @@
 
 import json
 import random
+import re
 import subprocess
 import sys
 
@@ -56,7 +57,7 @@ def test_corrupted_paths_locate_the_injected_error(test_rows, kind):
             assert w.earliest_error(row, steps) == at, (row["question"], steps)
             # an injected wrong operand or operation may be one a reader is taught (a stale count, an
             # inverse phrasing read as written): it is then classified as that misreading
-            specific = {"wrong_operand": {"misread_stale"}, "wrong_operation": {"misread_inverse"}}
+            specific = {"wrong_operand": {"misread_stale"}, "wrong_operation": {"misread_inverse", "misread_direct"}}
             assert w.error_kind(row, steps) in {kind} | specific.get(kind, set())
             checks = w.check_steps(row, steps)
             # Every later wrong step only carries the injected error forward.
@@ -97,7 +98,13 @@ HAND = {
         # Distractor number used.
         (["Ava now has 7 - 2 = 5 marbles.", "Ben has 5 + 9 = 14 marbles.", "The answer is <ans>14</ans>."],
          1, "wrong_operand"),
+        # A directly phrased relation ("3 more than Ava") computed with the inverse operation: the
+        # mirror of the taught misreading, named apart from other wrong operations.
         (["Ava now has 7 - 2 = 5 marbles.", "Ben has 5 - 3 = 2 marbles.", "The answer is <ans>2</ans>."],
+         1, "misread_direct"),
+        (["Ava now has 7 - 2 = 5 marbles.", "Zed has 5 - 3 = 2 marbles.", "The answer is <ans>2</ans>."],
+         1, "misread_direct"),
+        (["Ava now has 7 - 2 = 5 marbles.", "Ben has 5 * 3 = 15 marbles.", "The answer is <ans>15</ans>."],
          1, "wrong_operation"),
         (["Ava now has 7 - 2 = 4 marbles.", "Ben has 4 + 3 = 7 marbles.", "The answer is <ans>7</ans>."], 0, "slip"),
         (["Ava now has 7 - 2 = 5 marbles.", "Ben has 5 + 3 = 8 marbles.", "The answer is <ans>5</ans>."],
@@ -252,8 +259,6 @@ def test_name_use_figures_by_hand(tmp_path, capsys):
     """scripts/name_use.py on paths written by hand: the gold steps (names right), the same steps all
     under one name (every right computation a naming slip) and a wrong path under a name the problem
     does not have (an unknown_quantity error)."""
-    import re
-
     from reasoning.steps import join_steps
     from scripts.name_use import main, name_use, step_names
 
@@ -293,3 +298,72 @@ def test_name_use_figures_by_hand(tmp_path, capsys):
     assert main([str(run)]) == 2 and "not one of the rebuilt world problems" in capsys.readouterr().err
     (run / "run_config.json").unlink()
     assert main([str(run)]) == 2 and "--policy" in capsys.readouterr().err
+
+
+def test_gain_by_kind_splits_the_change_by_decision_by_hand(tmp_path, capsys):
+    """scripts/gain_by_kind.py on rows written by hand: an inverse and a stale problem go from the
+    taught misreading to the gold path (won), a problem with neither goes from gold to a directly
+    phrased relation computed with the inverse operation (lost, a `misread_direct` error)."""
+    from reasoning.steps import join_steps
+    from scripts.gain_by_kind import main
+
+    rows = w.generate("test", 60, 0)
+    inverse = next(r for r in rows if w.misreadings_of(r) == ["inverse"])
+    stale = next(r for r in rows if w.misreadings_of(r) == ["stale"])
+
+    def flipped(row):  # the first direct + or - relation step computed with the other operation
+        for i, step in enumerate(row["steps"][:-1]):
+            m = re.match(r"^(\w+ (?:now )?has) (\d+) ([+-]) (\d+) = (\d+) (\w+)\.$", step)
+            key = step.split(" ")[0] + ("@now" if " now " in step else "")
+            q = row["world"]["quantities"].get(key, {})
+            if m and q.get("op") in ("add", "sub") and not q.get("inverse"):
+                x, y = int(m.group(2)), int(m.group(4))
+                sym, value = ("-", x - y) if m.group(3) == "+" else ("+", x + y)
+                if value >= 0 and i == len(row["steps"]) - 2:
+                    return [*row["steps"][:i], f"{m.group(1)} {x} {sym} {y} = {value} {m.group(6)}.",
+                            f"The answer is <ans>{value}</ans>."]
+        return None
+
+    neither = next(r for r in rows if not w.misreadings_of(r) and flipped(r) is not None)
+    assert w.error_kind(neither, flipped(neither)) == "misread_direct"
+
+    def row(r, steps, correct):
+        return json.dumps({"id": r["id"], "completion": join_steps(steps), "correct": correct})
+
+    before = [row(inverse, w.teacher_solution(inverse, ("inverse",)), False),
+              row(stale, w.teacher_solution(stale, ("stale",)), False), row(neither, neither["steps"], True)]
+    after = [row(inverse, inverse["steps"], True), row(stale, stale["steps"], True),
+             row(neither, flipped(neither), False)]
+    policy = tmp_path / "policy"
+    policy.mkdir()
+    for seed in (0, 1):
+        run = tmp_path / f"run_s{seed}"
+        run.mkdir()
+        (run / "run_config.json").write_text(json.dumps({"policy": str(policy), "world_seed": 0, "n_eval": 60}))
+        (run / "eval_before_rows.jsonl").write_text("\n".join(before))
+        (run / "eval_after_rows.jsonl").write_text("\n".join(after))
+    ref = tmp_path / "clean"
+    ref.mkdir()
+    (ref / "eval_rows.jsonl").write_text("\n".join(after))
+    assert main([str(tmp_path / "run_s0"), str(tmp_path / "run_s1"), "--reference", str(ref),
+                 "--resamples", "50", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    parts = out["parts"]["run_s0"]
+    assert {k: (v["n"], v["before"], v["after"], v["won"], v["lost"]) for k, v in parts.items()} == {
+        "inverse": (1, 0.0, 1.0, 1, 0), "stale": (1, 0.0, 1.0, 1, 0), "neither": (1, 1.0, 0.0, 0, 1),
+        "all": (3, 1 / 3, 2 / 3, 2, 1)}
+    assert parts["all"]["diff"] == pytest.approx(1 / 3)
+    pooled = out["parts"]["run (pooled, 2 seeds)"]
+    assert pooled["all"]["n"] == 6 and pooled["all"]["won"] == 2 and pooled["neither"]["lost"] == 1
+    assert out["parts"]["clean (reference)"]["all"]["after"] == pytest.approx(2 / 3)
+    assert out["error_mix"]["before"] == {"misread_inverse": 1, "misread_stale": 1}
+    assert out["error_mix"]["run_s0"] == {"misread_direct": 1}
+    assert out["error_mix"]["clean (reference)"] == {"misread_direct": 1}
+    # the table form, and bad input: rows of problems the run's world does not have, a missing file
+    assert main([str(tmp_path / "run_s0"), "--resamples", "50"]) == 0
+    assert "| run_s0 | neither | 1 | 1.000 | 0.000 | 0 | 1 |" in capsys.readouterr().out
+    (ref / "eval_rows.jsonl").write_text("\n".join(after[:2]))
+    assert main([str(tmp_path / "run_s0"), "--reference", str(ref)]) == 2
+    assert "covers other problems" in capsys.readouterr().err
+    (tmp_path / "run_s1" / "eval_after_rows.jsonl").unlink()
+    assert main([str(tmp_path / "run_s1")]) == 2 and "does not exist" in capsys.readouterr().err
