@@ -6,9 +6,9 @@ the decisions a noisy teacher misreads, and the relation-direction errors before
 For each run folder (`eval_before_rows.jsonl` and `eval_after_rows.jsonl` of `rl/ppo_step.py` or
 `scripts/grpo_peer.py`) it prints one line per part of the world test problems: those with an
 inverse phrasing, those with a stale-count trap (`reasoning.world.misreadings_of`; a problem with
-both is in both), those with neither, and all of them. Each line has greedy accuracy before and after, the problems won (wrong
-before, right after) and lost (right before, wrong after), and the paired bootstrap interval of
-the change. Runs named `NAME_s<seed>` are also pooled per NAME (mean of the seeds' changes, the
+both is in both), those with neither, and all of them. Each line has greedy accuracy before and
+after, the problems won (wrong before, right after) and lost (right before, wrong after), and the
+paired bootstrap interval of the change. Runs named `NAME_s<seed>` are also pooled per NAME (mean of the seeds' changes, the
 interval over the pooled pairs).
 
 Then the earliest-error kinds of the wrong answers before and after, recomputed with the current
@@ -117,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
             runs[run.name] = by_part(before, after, problems, args.resamples)
             if "before" not in mixes:
                 mixes["before"] = error_mix(before, problems)
+                first_before = before
+            elif {k: r.get("correct") for k, r in before.items()} != \
+                    {k: r.get("correct") for k, r in first_before.items()}:
+                mixes[f"{run.name} before"] = error_mix(before, problems)  # another starting policy
             mixes[run.name] = error_mix(after, problems)
         base = _load(Path(args.runs[0]) / "eval_before_rows.jsonl")
         for name in args.reference:

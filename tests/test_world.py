@@ -359,6 +359,16 @@ def test_gain_by_kind_splits_the_change_by_decision_by_hand(tmp_path, capsys):
     assert out["error_mix"]["before"] == {"misread_inverse": 1, "misread_stale": 1}
     assert out["error_mix"]["run_s0"] == {"misread_direct": 1}
     assert out["error_mix"]["clean (reference)"] == {"misread_direct": 1}
+    # a run from another starting policy gets its own `before` error mix
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "run_config.json").write_text(json.dumps({"policy": str(policy), "world_seed": 0, "n_eval": 60}))
+    (other / "eval_before_rows.jsonl").write_text("\n".join(after))
+    (other / "eval_after_rows.jsonl").write_text("\n".join(after))
+    assert main([str(tmp_path / "run_s0"), str(other), "--resamples", "20", "--json"]) == 0
+    mixes = json.loads(capsys.readouterr().out)["error_mix"]
+    assert mixes["before"] == {"misread_inverse": 1, "misread_stale": 1}
+    assert mixes["other before"] == {"misread_direct": 1} and "run_s0 before" not in mixes
     # the table form, and bad input: rows of problems the run's world does not have, a missing file
     assert main([str(tmp_path / "run_s0"), "--resamples", "50"]) == 0
     assert "| run_s0 | neither | 1 | 1.000 | 0.000 | 0 | 1 |" in capsys.readouterr().out
