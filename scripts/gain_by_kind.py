@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from reasoning.stats import paired_bootstrap_diff  # noqa: E402
 from reasoning.steps import split_steps  # noqa: E402
 from reasoning.world import error_kind, misreadings_of  # noqa: E402
-from scripts.name_use import _problems  # noqa: E402
+from scripts.name_use import run_problems  # noqa: E402
 
 PARTS = ("inverse", "stale", "neither", "all")
 DIRECTION = ("misread_inverse", "misread_direct", "misread_stale")
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         problems: dict[str, dict[str, Any]] = {}
         for name in args.runs:
             run = Path(name)
-            problems = _problems(run, args.policy, args.world_seed, args.n_eval)
+            problems = run_problems(run, args.policy, args.world_seed, args.n_eval)
             before, after = _load(run / "eval_before_rows.jsonl"), _load(run / "eval_after_rows.jsonl")
             runs[run.name] = by_part(before, after, problems, args.resamples)
             if "before" not in mixes:
@@ -122,14 +122,13 @@ def main(argv: list[str] | None = None) -> int:
                     {k: r.get("correct") for k, r in first_before.items()}:
                 mixes[f"{run.name} before"] = error_mix(before, problems)  # another starting policy
             mixes[run.name] = error_mix(after, problems)
-        base = _load(Path(args.runs[0]) / "eval_before_rows.jsonl")
         for name in args.reference:
             ref = _load(Path(name) / "eval_rows.jsonl")
-            if set(ref) != set(base):
+            if set(ref) != set(first_before):
                 raise ValueError(f"{name}/eval_rows.jsonl covers other problems than {args.runs[0]} "
-                                 f"({len(ref)} against {len(base)})")
+                                 f"({len(ref)} against {len(first_before)})")
             label = f"{Path(name).name} (reference)"
-            runs[label] = by_part(base, ref, problems, args.resamples)
+            runs[label] = by_part(first_before, ref, problems, args.resamples)
             mixes[label] = error_mix(ref, problems)
     except (ValueError, KeyError, json.JSONDecodeError) as err:
         print(f"error: {err}", file=sys.stderr)

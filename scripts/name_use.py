@@ -75,7 +75,9 @@ def name_use(rows: list[dict[str, Any]], problems: dict[str, dict[str, Any]]) ->
             "unknown_quantity_errors": unknown}
 
 
-def _problems(run: Path, policy: str | None, world_seed: int | None, n_eval: int | None) -> dict[str, dict]:
+def run_problems(run: Path, policy: str | None, world_seed: int | None, n_eval: int | None) -> dict[str, dict]:
+    """The world test problems a run was evaluated on, by id, rebuilt from its `run_config.json`
+    (the arguments fill in what a run without one, such as the TRL peer's, does not say)."""
     stored = json.loads((run / "run_config.json").read_text()) if (run / "run_config.json").exists() else {}
     if stored.get("eval_dataset", "world") != "world":
         raise ValueError(f"{run}: evaluated on {stored['eval_dataset']!r}, not the world")
@@ -99,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name in args.runs:
             run = Path(name)
-            problems = _problems(run, args.policy, args.world_seed, args.n_eval)
+            problems = run_problems(run, args.policy, args.world_seed, args.n_eval)
             for when in ("before", "after"):
                 path = run / f"eval_{when}_rows.jsonl"
                 if not path.exists():
