@@ -34,13 +34,22 @@ class StepPPOConfig(TrainingArguments):
 
     # --- models -------------------------------------------------------------------------------
     policy: str = field(default="outputs/sft_tiny", metadata={"help": "SFT policy directory or Hub id."})
+    sft_seed: int = field(
+        default=0,
+        metadata={"help": "Training seed of the tiny SFT policy built first when --policy is the default path and "
+                          "absent (`python -m rl.sft --seed`): each seed draws another policy, as a user's own "
+                          "SFT run would. A default policy already there that was built with another seed is "
+                          "refused before anything loads."},
+    )
     verifier: str = field(
         default="step-likelihood:outputs/sft_tiny_clean",
         metadata={"help": "Verifier spec (reward_models.load): a PSV directory, 'exact' (world only), "
                           "'step-confidence:PATH' (a frozen policy's own probabilities), "
                           "'step-likelihood:PATH' (a verifier LM's probabilities of each step), 'product:A,B', "
-                          "... The default, a verifier LM taught by the clean teacher, and 'outputs/psv_tiny' "
-                          "(a PSV from StepCo-tree labels) are built first when absent (--build_missing)."},
+                          "... Read only by --reward step, outcome and step+gold. The default is a labelled "
+                          "reference, not a user's verifier: a verifier LM taught by the clean teacher (privileged "
+                          "demonstrations). It and 'outputs/psv_tiny' (a PSV from StepCo-tree labels of the "
+                          "policy's own paths) are built first when absent (--build_missing)."},
     )
     build_missing: bool = field(
         default=True,
@@ -106,11 +115,12 @@ class StepPPOConfig(TrainingArguments):
 
     # --- rewards ------------------------------------------------------------------------------
     reward: str = field(
-        default="outcome",
-        metadata={"help": f"Reward: {', '.join(REWARD_MODES)}. The default is the verifier's whole-path score "
-                          "(--outcome_aggregation) on the last token, no gold answer used; 'step' pays the "
-                          "verifier's score at the end of every step; 'gold' is the answer's correctness "
-                          "(README, PPO figures)."},
+        default="gold",
+        metadata={"help": f"Reward: {', '.join(REWARD_MODES)}. The default, 'gold', is the answer check of each "
+                          "response against its training prompt's gold answer (1 right, 0 wrong): what a user "
+                          "has, no verifier. 'outcome' is the verifier's whole-path score (--outcome_aggregation) "
+                          "on the last token; 'step' pays the verifier's score at the end of every step; "
+                          "'step+gold' both."},
     )
     reward_shaping: str = field(
         default="raw",

@@ -34,15 +34,17 @@ def _log(msg: str) -> None:
     print(f"[ppo_step] {msg}", file=sys.stderr, flush=True)
 
 
-def build_default_policy(path: str = DEFAULT_POLICY) -> None:
-    """The tiny SFT policy of `python -m rl.sft` with its embedded defaults (~8 min on 2 cores)."""
+def build_default_policy(path: str = DEFAULT_POLICY, seed: int = 0) -> None:
+    """The tiny SFT policy of `python -m rl.sft` with its embedded defaults and training seed `seed`
+    (~8 min on 2 cores)."""
     from rl import sft
 
-    _log(f"no policy at {path}: training the tiny SFT policy first (python -m rl.sft --output_dir {path})")
+    argv = ["--output_dir", path, "--seed", str(seed)]
+    _log(f"no policy at {path}: training the tiny SFT policy first (python -m rl.sft {' '.join(argv)})")
     from reasoning.threads import torch_threads
 
     with torch_threads(torch.get_num_threads()):  # rl.sft.main would drop to one thread otherwise
-        code = sft.main(["--output_dir", path])
+        code = sft.main(argv)
     if code:
         raise RuntimeError(f"building the default policy failed with exit code {code}")
 
@@ -99,7 +101,7 @@ def ensure_default_models(args: StepPPOConfig, is_main: bool) -> None:
     if not args.build_missing or not is_main:
         return
     if args.policy == DEFAULT_POLICY and not Path(args.policy).exists():
-        build_default_policy(args.policy)
+        build_default_policy(args.policy, args.sft_seed)
     if args.reward == "gold":
         return
     if args.verifier == DEFAULT_VERIFIER:
@@ -112,6 +114,30 @@ def ensure_default_models(args: StepPPOConfig, is_main: bool) -> None:
         build_default_verifier(args.policy, TREE_PSV)
 
 
+def sft_seed_of(policy: str) -> int | None:
+    """The training seed an `rl.sft` policy folder records in its eval.json (0 for folders written
+    before it was recorded, the seed they were all trained with); None for other folders."""
+    path = Path(policy) / "eval.json"
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return int(record.get("seed", 0)) if isinstance(record, dict) and "world_config" in record else None
+
+
+def check_default_policy_seed(args: StepPPOConfig) -> None:
+    """ValueError when the default policy is already there but was trained with another seed than
+    --sft_seed: the run would otherwise train a policy other than the one asked for, silently."""
+    if not (args.build_missing and args.policy == DEFAULT_POLICY and Path(args.policy).exists()):
+        return
+    seed = sft_seed_of(args.policy)
+    if seed is not None and seed != args.sft_seed:
+        raise ValueError(f"{args.policy} was trained with SFT seed {seed}, not --sft_seed {args.sft_seed}: move it "
+                         f"away to have it rebuilt with seed {args.sft_seed}, or pass --sft_seed {seed}")
+
+
 def check_inputs(args: StepPPOConfig) -> None:
     """What a run reads, checked before anything is loaded (ConfigError, one line): the policy and
     verifier exist (or are the defaults built first), the prompt sets exist, OUTPUT_DIR may be used."""
@@ -122,6 +148,7 @@ def check_inputs(args: StepPPOConfig) -> None:
     try:
         if not (builds and args.policy == DEFAULT_POLICY):
             check_model_path("--policy", args.policy)
+        check_default_policy_seed(args)
         if args.reward != "gold" and not (builds and args.verifier in BUILDABLE_VERIFIERS):
             check_spec(args.verifier, args.policy)
             if "exact" in spec_parts(args.verifier) and args.dataset != "world":

@@ -2,10 +2,10 @@
 
     accelerate launch rl/ppo_step.py [--config configs/ppo/world_compare.yaml] [--reward step] [...]
 
-With no arguments: the arithmetic world, the tiny SFT policy and a verifier LM taught by the clean
-teacher (both built first when absent), PPO with the critic-free group estimator rewarded by the
-mean of the verifier LM's step likelihoods (no gold answer, no step label), then greedy accuracy on
-the world test split before and after, on one CPU process.
+With no arguments: the arithmetic world, the tiny SFT policy (built first when absent, training seed
+--sft_seed), PPO with the critic-free group estimator rewarded by the answer check against each
+training prompt's gold answer, then greedy accuracy on the world test split before and after, on one
+CPU process. `--reward outcome` or `--reward step` reward with a verifier instead (--verifier).
 Writes OUTPUT_DIR/metrics.jsonl (one line per update), OUTPUT_DIR/eval.json, checkpoints and the
 trained policy (OUTPUT_DIR/policy).
 """

@@ -156,6 +156,7 @@ def run(args: WorldSFTArguments, training_args) -> dict:
             **evaluation["summary"],
             "split": "test",
             "world_seed": args.world_seed,
+            "seed": training_args.seed,
             "n_train_problems": len(train_rows),
             "corpus_rows": len(corpus),
             "corpus_tasks": args.task_weights(),

@@ -643,3 +643,41 @@ def test_drop_flat_groups_leaves_groups_without_signal_out_of_the_loss(models, t
         assert moved is not drop
     with pytest.raises(ValueError, match="drop_flat_groups needs --advantage_estimator group"):
         StepPPOConfig(output_dir=str(tmp_path / "bad"), advantage_estimator="gae", drop_flat_groups=True).validate()
+
+
+def test_default_policy_is_built_with_the_sft_seed_and_a_policy_of_another_seed_is_refused(tmp_path, monkeypatch):
+    """--sft_seed reaches the SFT run that builds the default policy; a default policy already there
+    whose eval.json records another training seed stops the run before anything loads (one line),
+    and one written before the seed was recorded counts as seed 0."""
+    from rl import ppo_setup, sft
+
+    calls = []
+    monkeypatch.setattr(sft, "main", lambda argv: calls.append(argv) or 0)
+    ppo_setup.build_default_policy("p", 2)
+    assert calls == [["--output_dir", "p", "--seed", "2"]]
+
+    monkeypatch.chdir(tmp_path)
+
+    def cfg(**kw):
+        return StepPPOConfig(output_dir=str(tmp_path / "run"), report_to="none", reward="gold", **kw)
+
+    assert StepPPOConfig(output_dir="o").reward == "gold" and StepPPOConfig(output_dir="o").sft_seed == 0
+    built = []
+    monkeypatch.setattr(ppo_setup, "build_default_policy", lambda path, seed: built.append((path, seed)))
+    ppo_setup.ensure_default_models(cfg(sft_seed=1), is_main=True)
+    assert built == [(ppo_setup.DEFAULT_POLICY, 1)]
+
+    policy = tmp_path / ppo_setup.DEFAULT_POLICY
+    policy.mkdir(parents=True)
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        (policy / name).write_text("{}")
+    record = {"greedy_accuracy": 0.4, "world_config": {}}
+    (policy / "eval.json").write_text(json.dumps(record))  # an older folder: no seed recorded
+    assert ppo_setup.sft_seed_of(str(policy)) == 0
+    with pytest.raises(ppo_setup.ConfigError, match=r"sft_tiny was trained with SFT seed 0, not --sft_seed 1"):
+        ppo_setup.check_inputs(cfg(sft_seed=1))
+    (policy / "eval.json").write_text(json.dumps({**record, "seed": 1}))
+    ppo_setup.check_default_policy_seed(cfg(sft_seed=1))  # the asked-for draw: accepted
+    with pytest.raises(ValueError, match="pass --sft_seed 1"):
+        ppo_setup.check_default_policy_seed(cfg())
+    ppo_setup.check_default_policy_seed(cfg(build_missing=False))  # a policy named by the user: not ours to judge
