@@ -59,7 +59,7 @@ def _verifier_lm_args() -> dict[str, Any]:
 def _ppo_args() -> dict[str, Any]:
     return {"num_updates": 120, "prompts_per_update": 16, "samples_per_prompt": 8, "n_prompts": 4000,
             "max_new_tokens": 128, "seed": 0, "advantage_estimator": "group", "num_mini_batches": 4,
-            "learning_rate": 2e-5, "kl_coef": 0.02, "reward_shaping": "min", "outcome_aggregation": "min",
+            "learning_rate": 2e-5, "kl_coef": 0.02, "reward_shaping": "raw", "outcome_aggregation": "mean",
             "eval_dataset": "none", "save_steps": 20, "report_to": "none", "disable_tqdm": True}
 
 

@@ -46,7 +46,9 @@ def write_report(path: Path, s: dict[str, Any], cfg: CompareConfig) -> None:
         L.append(f"**PPO budget** (the same for every PPO policy): {ppo['num_updates']} updates × "
                  f"{ppo['prompts_per_update']} prompts × {ppo['samples_per_prompt']} samples = "
                  f"{ppo['responses']:,} sampled responses from {ppo['n_prompts']} training prompts ({ppo['dataset']}), "
-                 f"response limit {ppo['max_new_tokens']} tokens, seed {ppo['seed']}; rewards from the same verifier.\n")
+                 f"response limit {ppo['max_new_tokens']} tokens, seed {ppo['seed']}; rewards from the same verifier. "
+                 "Each PPO row is **one training seed**, one draw of a run whose gain moves from seed to seed: "
+                 "the three-seed figures of the same recipe are on the results pages (docs/results/README.md).\n")
     cal = s.get("stepco_threshold")
     if cal and cal.get("fallback"):
         L.append(f"**StepCo's threshold** θ = {cal['threshold']} as configured: calibration on "
