@@ -1,6 +1,6 @@
 """The multi-node recipe is consistent: accelerate's own config class reads the launch config,
 StepPPOConfig (through TRL's parser, as `rl/ppo_step.py` does) reads the PPO recipe, and the two
-agree with each other and with the memory arithmetic in the README."""
+agree with each other and with the memory arithmetic in docs/gpu.md."""
 
 from pathlib import Path
 
@@ -15,7 +15,7 @@ RECIPE = ROOT / "configs" / "ppo" / "multinode_7b_prm.yaml"
 GPUS_PER_MACHINE = 8
 GPU_MEMORY_GB = 80
 
-# Parameter counts the README's arithmetic uses (Qwen2.5-Math-7B-Instruct, Math-Shepherd Mistral-7B).
+# Parameter counts the arithmetic of docs/gpu.md uses (Qwen2.5-Math-7B-Instruct, Math-Shepherd Mistral-7B).
 POLICY_PARAMS = 7.62e9
 LM_HEAD_PARAMS = 3584 * 152064  # untied in Qwen2.5-7B; the critic has a one-label head instead
 PRM_PARAMS = 7.24e9
@@ -57,12 +57,12 @@ def test_recipe_matches_the_launch_config_and_the_placement():
     assert "7B" in cfg.policy and cfg.gradient_checkpointing
     per_process = cfg.prompts_per_update * cfg.samples_per_prompt
     assert per_process % cfg.num_mini_batches == 0
-    assert per_process * c.num_processes == 256  # the responses per update the README states
+    assert per_process * c.num_processes == 256  # the responses per update docs/gpu.md states
     assert cfg.build_missing is False and cfg.rollout_backend in ("hf", "vllm")
 
 
 def per_gpu_memory_gb(n_gpus: int, responses_per_minibatch: int, tokens: int) -> dict[str, float]:
-    """The README's arithmetic (GB = 1e9 bytes): trained modules at 16 bytes per parameter
+    """The arithmetic of docs/gpu.md (GB = 1e9 bytes): trained modules at 16 bytes per parameter
     (bf16 weight and gradient, fp32 master weight, Adam m and v) sharded over n_gpus; the frozen
     reference in bf16 sharded; the PRM in bf16 whole on every GPU; the policy gathered whole for
     generation; activations with gradient checkpointing (layer inputs of policy and critic, logits
@@ -80,7 +80,7 @@ def per_gpu_memory_gb(n_gpus: int, responses_per_minibatch: int, tokens: int) ->
     }
 
 
-def test_memory_arithmetic_fits_and_is_the_readme_s():
+def test_memory_arithmetic_fits_and_is_the_docs_s():
     c = cluster()
     cfg, _ = recipe()
     m = per_gpu_memory_gb(c.num_processes, cfg.prompts_per_update * cfg.samples_per_prompt // cfg.num_mini_batches,
@@ -89,10 +89,10 @@ def test_memory_arithmetic_fits_and_is_the_readme_s():
     generation_peak = resident + m["gathered_policy"]
     training_peak = resident + m["activations"]
     assert max(generation_peak, training_peak) < GPU_MEMORY_GB * 0.75  # room for buffers and fragmentation
-    readme = (ROOT / "README.md").read_text()
+    page = (ROOT / "docs" / "gpu.md").read_text()
     for value in (m["trained"], m["reference"], m["prm"], m["gathered_policy"], m["activations"],
                   generation_peak, training_peak):
-        assert f"{value:.1f} GB" in readme, f"{value:.1f} GB not in the README's arithmetic"
+        assert f"{value:.1f} GB" in page, f"{value:.1f} GB not in the arithmetic of docs/gpu.md"
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "configs" / "accelerate").glob("*.yaml")), ids=lambda p: p.name)
