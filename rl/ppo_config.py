@@ -48,8 +48,10 @@ class StepPPOConfig(TrainingArguments):
                           "'step-likelihood:PATH' (a verifier LM's probabilities of each step), 'product:A,B', "
                           "... Read only by --reward step, outcome and step+gold. The default is a labelled "
                           "reference, not a user's verifier: a verifier LM taught by the clean teacher (privileged "
-                          "demonstrations). It and 'outputs/psv_tiny' (a PSV from StepCo-tree labels of the "
-                          "policy's own paths) are built first when absent (--build_missing)."},
+                          "demonstrations: the tiny policy's recipe with `python -m rl.sft --teacher_noise none` in "
+                          "the policy's world; no step label, no gold answer). It and 'outputs/psv_tiny' (a PSV "
+                          "from StepCo-tree labels of the policy's own paths) are built first when absent "
+                          "(--build_missing)."},
     )
     build_missing: bool = field(
         default=True,
@@ -105,7 +107,11 @@ class StepPPOConfig(TrainingArguments):
         metadata={"help": "Prompt the policy through its tokenizer's chat template when it has one, in rollouts "
                           "and greedy evaluation alike (false: the plain prompt)."},
     )
-    rollout_backend: str = field(default="hf", metadata={"help": "hf (transformers generate) or vllm (GPU)."})
+    rollout_backend: str = field(
+        default="hf",
+        metadata={"help": "hf (transformers generate) or vllm (GPU, the [vllm] extra, a clear error without it: a "
+                          "colocated engine that gets the policy's weights before every rollout; see docs/ppo.md)."},
+    )
     vllm_gpu_memory_utilization: float = field(
         default=0.3,
         metadata={"help": "rollout_backend=vllm: share of each GPU's memory the colocated vLLM engine takes "
@@ -119,15 +125,16 @@ class StepPPOConfig(TrainingArguments):
         metadata={"help": f"Reward: {', '.join(REWARD_MODES)}. The default, 'gold', is the answer check of each "
                           "response against its training prompt's gold answer (1 right, 0 wrong): what a user "
                           "has, no verifier. 'outcome' is the verifier's whole-path score (--outcome_aggregation) "
-                          "on the last token; 'step' pays the verifier's score at the end of every step; "
-                          "'step+gold' both."},
+                          "on the last token (the ORM-PPO baseline); 'step' pays the verifier's score at the end "
+                          "of every step; 'step+gold' both (figures of each: docs/results/rl_noisy_world.md)."},
     )
     reward_shaping: str = field(
         default="raw",
         metadata={"help": f"Step score shaping: {', '.join(SHAPING_MODES)}. 'raw' (each step paid its own score) "
                           "suits verifiers that judge each step on its own, as the default step-likelihood one "
-                          "does; 'delta' (each step paid for how much it moved the score) suits a PSV, whose "
-                          "score is a value."},
+                          "does; 'centered' pays p_k - 0.5; 'delta' (each step paid for how much it moved the score, "
+                          "p_k - p_(k-1) with p_0 = 0.5, so a path's total is p_last - 0.5 whatever its number of "
+                          "steps) suits a PSV, whose score is a value; 'min' credits only the lowest-scored step."},
     )
     outcome_aggregation: str = field(
         default="mean",
@@ -135,7 +142,7 @@ class StepPPOConfig(TrainingArguments):
                           f"{', '.join(AGGREGATIONS)}. 'mean' (StepCo's path score) suits verifiers that judge "
                           f"each step on its own, as the default step-likelihood one does; 'last' is a PSV's "
                           f"score at the final step (a value); 'min' with --reward_shaping min gives outcome "
-                          f"the same total reward as step."},
+                          f"the same total reward as step, differing only in where it lands."},
     )
     step_reward_weight: float = field(default=1.0, metadata={"help": "Scale of verifier rewards."})
     gold_reward_weight: float = field(default=1.0, metadata={"help": "Scale of the gold outcome reward (1 right, 0 wrong)."})
@@ -150,21 +157,26 @@ class StepPPOConfig(TrainingArguments):
         metadata={"help": "gae (critic), rloo (leave-one-out baseline, no critic) or group (no critic: every "
                           "step reward normalised over the rewards of its prompt's samples, a token's advantage "
                           "the sum of the normalised rewards of the steps ending at or after it, DeepSeekMath's "
-                          "process supervision; an outcome reward makes it GRPO; the KL penalty is a k3 loss "
-                          "term, as in GRPO)."},
+                          "process supervision; an outcome or gold reward is one reward at the last token, which makes "
+                          "it GRPO; under --reward_shaping min a path's one reward is its weakest step's score at "
+                          "that step's end; the KL penalty is GRPO's k3 loss term, not a reward; "
+                          "ppo_math.group_step_advantages)."},
     )
     step_credit: str = field(
         default="return",
         metadata={"help": "--advantage_estimator group with step rewards: 'return' (a token's advantage is the "
                           "sum of the normalised rewards of its step and every later one, DeepSeekMath's) or "
                           "'own' (its own step's normalised reward alone: a step neither blamed nor paid for "
-                          "later steps, for verifiers that judge each step on its own)."},
+                          "later steps, for verifiers that judge each step on its own; "
+                          "ppo_math.group_step_advantages(credit='own')). With one reward per response the two "
+                          "are the same."},
     )
     drop_flat_groups: bool = field(
         default=False,
         metadata={"help": "Under the group estimator, leave out of the loss (policy, KL and entropy terms) every "
                           "sample of a prompt whose samples all got the same rewards, as DAPO filters them: they "
-                          "carry no signal, and inside the token mean they only shrink the step on the others."},
+                          "carry no signal, and inside the token mean they only shrink the step on the others. Off by "
+                          "default; runs stored before it existed resume with it off."},
     )
     gamma: float = field(default=1.0, metadata={"help": "Discount."})
     lam: float = field(default=0.95, metadata={"help": "GAE lambda."})
@@ -177,8 +189,8 @@ class StepPPOConfig(TrainingArguments):
     entropy_coef: float = field(
         default=0.0,
         metadata={"help": "Entropy bonus: the loss subtracts entropy_coef times the policy's mean per-token "
-                          "entropy (nats) on the sampled responses, against the collapse of sampling diversity "
-                          "late in a run. 0: off."},
+                          "entropy (nats) on the sampled responses (at the sampling temperature), against the collapse "
+                          "of sampling diversity late in a run. 0: off; runs stored before it existed resume with 0."},
     )
     kl_coef: float = field(default=0.02, metadata={"help": "KL penalty coefficient (initial, if adaptive)."})
     kl_estimator: str = field(default="k1", metadata={"help": f"Per-token KL estimator: {', '.join(KL_ESTIMATORS)}."})

@@ -20,7 +20,7 @@ DEFAULT_POLICY = "outputs/sft_tiny"
 DEFAULT_VERIFIER_LM = "outputs/sft_tiny_clean"
 """The default verifier LM: the tiny policy's recipe taught by the clean teacher (no step label)."""
 DEFAULT_VERIFIER = f"step-likelihood:{DEFAULT_VERIFIER_LM}"
-"""The default verifier: the verifier LM's step likelihood (README, "Does a verifier order the
+"""The default verifier: the verifier LM's step likelihood (docs/results/reward_agreement.md, "Does a verifier order the
 policy's own samples as the answer check does?": the verifier without exact labels whose reward
 raises greedy accuracy here; the tiny PSVs' do not)."""
 TREE_PSV = "outputs/psv_tiny"
@@ -82,7 +82,8 @@ def build_default_verifier_lm(policy: str, path: str = DEFAULT_VERIFIER_LM) -> N
 def build_default_verifier(policy: str, path: str = TREE_PSV, n_problems: int = 300,
                            epochs: float = 2.0) -> None:
     """A PSV from StepCo-tree annotation of the policy's own paths (the best F1 of the annotation
-    methods on the world, README), trained from the policy's backbone (~2 min on 2 cores)."""
+    methods on the world, docs/results/verifiers_world.md), trained from the policy's backbone
+    (~2 min on 2 cores)."""
     from reward_models.annotate import AnnotateConfig, annotate
     from reward_models.train import train_verifier
 

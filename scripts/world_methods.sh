@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every inference method on the same 500 world test problems, one policy, one verifier, seed 0
-# (the README figures). P, V and O override the policy, verifier and output folder.
+# (docs/results/inference_clean_world.md). P, V and O override the policy, verifier and output folder.
 #
-# LINEUP=noisy runs the noisy-teacher world's lineup instead (README, "Figures on the noisy-teacher
+# LINEUP=noisy runs the noisy-teacher world's lineup instead (docs/results/inference_noisy_world.md, "Figures on the noisy-teacher
 # world" under Inference methods): policy outputs/sft_noisy, verifier outputs/psv_mc_a, only the
 # methods a plain solve policy can run (resample revision; no prompt revision or BEATS, which need
 # a policy trained on the revise/clarify/verify formats), plus step-confidence rows with θ = TC and

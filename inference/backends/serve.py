@@ -16,7 +16,7 @@ share their sampling parameters go to the generator as one batch (up to `--max_b
 prompts), so a client's thread pool gets the batched speed of `HFGenerator`. With a `seed`, a
 request's samples therefore depend on which other requests shared its batch.
 
-Limits, so that no request can stall the server (each refused with a clear 4xx/5xx; see README):
+Limits, so that no request can stall the server (each refused with a clear 4xx/5xx; the table is in docs/backends.md):
 prompt tokens + `max_tokens` at most the model's context (400); at most `--max_prompts_per_request`
 prompts, `--max_n` completions per prompt and `--max_stop` stop strings (400); a body of at most
 `--max_body_bytes` (413); at most `--max_queued_requests` requests admitted at once, the rest 503
