@@ -39,6 +39,15 @@ it. An outcome reward is one reward at the last token, which makes this GRPO's o
     r̃_s = (r_s − mean(R)) / (std(R) + ε)
     A_t = Σ_{s : end(s) ≥ t} r̃_s
 
+Monte Carlo step values (VinePPO, Kazemnejad et al. 2024), critic-free: a response of steps
+``1..n`` passes the states ``s_0`` (the prompt), ``s_1`` (the prompt and step 1), ..., ``s_n`` (the
+whole response). ``V(s_j)`` for ``0 < j < n`` is the mean reward of ``K`` continuations sampled
+from ``s_j``; ``V(s_n) = R``, the response's own reward; ``V(s_0)`` a baseline of the prompt. Every
+token of step ``j`` (tokens after the last step end belong to the last step) gets the change in
+value across its step::
+
+    A_t = V(s_j) − V(s_{j−1})            for t in step j
+
 PPO clipped surrogate (Schulman et al. 2017), ``ρ_t = exp(logp − logp_old)``, minimised::
 
     L_pg = mean_t max(−A_t ρ_t, −A_t clip(ρ_t, 1 − ε, 1 + ε))
@@ -74,6 +83,8 @@ __all__ = [
     "masked_whiten",
     "per_token_kl",
     "policy_loss",
+    "step_value_advantages",
+    "token_steps_from_ends",
     "value_loss",
 ]
 
@@ -318,6 +329,49 @@ def group_step_advantages(
         # A_t = Σ_{t' >= t} r̃_t': a reversed cumulative sum
         advantages = torch.flip(torch.cumsum(torch.flip(normalised, [1]), 1), [1]) * mask
     return advantages, {"flat_groups": flat.float().mean().item(), "flat_rows": flat.repeat_interleave(group_size)}
+
+
+def token_steps_from_ends(step_ends: list[list[int]], width: int) -> torch.Tensor:
+    """The step each response token belongs to, [B, width] long, from the token index where each
+    step of each row ends (non-decreasing; `rl.step_rewards.step_end_token_positions`).
+
+    A token belongs to the first step ending at or after it; tokens after the last step end (an
+    EOS, untagged text after the last `</Step>`) belong to the last step; a row with no step is
+    one step, 0 everywhere. So token t of a row with ends e_0..e_{n-1} is in step
+    min(#{j : e_j < t}, n − 1), and the row has max(n, 1) steps.
+    """
+    positions = torch.arange(width)
+    rows = []
+    for ends in step_ends:
+        if any(b < a for a, b in zip(ends, ends[1:])):
+            raise ValueError(f"step ends must be non-decreasing, got {list(ends)}")
+        inner = torch.tensor(list(ends[:-1]), dtype=torch.long)  # the last end closes nothing: later tokens join it
+        rows.append((inner[None, :] < positions[:, None]).sum(-1) if len(inner) else torch.zeros(width, dtype=torch.long))
+    return torch.stack(rows) if rows else torch.zeros((0, width), dtype=torch.long)
+
+
+def step_value_advantages(step_values: torch.Tensor, token_steps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """VinePPO's advantages over [B, T] response tokens from Monte Carlo values of step boundaries.
+
+    `step_values` is [B, S + 1]: row b's V(s_0), V(s_1), ..., V(s_n) for its n <= S steps (V(s_0)
+    the prompt's value, V(s_n) the response's reward; entries past n are padding, never read).
+    `token_steps` is [B, T], the step j (0-based) of each token (`token_steps_from_ends`). A token
+    of step j gets V(s_{j+1}) − V(s_j); padded tokens get 0 (their `token_steps` are not read).
+    """
+    if token_steps.shape != mask.shape:
+        raise ValueError(f"token_steps {tuple(token_steps.shape)} and mask {tuple(mask.shape)} must have one shape")
+    if step_values.dim() != 2 or step_values.shape[0] != token_steps.shape[0] or step_values.shape[1] < 2:
+        raise ValueError(f"step_values must be [B, S + 1] with S >= 1 for B = {token_steps.shape[0]} rows; "
+                         f"got {tuple(step_values.shape)}")
+    values = step_values.float()
+    mask = _as_float_mask(mask, values[:, :1].expand_as(token_steps))
+    real = mask != 0
+    steps = torch.where(real, token_steps.long(), torch.zeros_like(token_steps, dtype=torch.long))
+    if bool((steps < 0).any()) or bool((steps + 1 >= values.shape[1]).any()):
+        raise ValueError(f"a real token's step is outside the {values.shape[1] - 1} steps step_values covers")
+    before = values.gather(1, steps)  # V(s_j)
+    after = values.gather(1, steps + 1)  # V(s_{j+1})
+    return torch.where(real, after - before, torch.zeros_like(before)) * mask
 
 
 # ---------------------------------------------------------------------------------------------

@@ -397,3 +397,43 @@ def test_group_advantages_mark_the_rows_of_groups_without_signal():
     assert advantages[2:].abs().sum() == 0 and advantages[:2].abs().sum() > 0  # the same groups, seen alike
     with pytest.raises(ValueError, match="groups of 4"):
         ppo_math.group_step_advantages(rewards, reward_mask, mask, 4)
+
+
+# --- Monte Carlo step values (VinePPO) ------------------------------------------------------------
+
+
+def test_token_steps_from_ends_by_hand():
+    from rl.ppo_math import token_steps_from_ends
+
+    # ends 1, 3, 5 over 8 tokens: tokens 0-1 step 0, 2-3 step 1, 4-5 step 2, and 6-7 (after the
+    # last end: an EOS, padding) join the last step
+    close(token_steps_from_ends([[1, 3, 5]], 8), [[0, 0, 1, 1, 2, 2, 2, 2]])
+    # one step, no step (a response with no marker), two steps ending on one token
+    close(token_steps_from_ends([[2], [], [1, 1, 3]], 5), [[0] * 5, [0] * 5, [0, 0, 2, 2, 2]])
+    assert token_steps_from_ends([], 3).shape == (0, 3)
+    with pytest.raises(ValueError, match="non-decreasing"):
+        token_steps_from_ends([[3, 1]], 5)
+
+
+def test_step_value_advantages_by_hand():
+    from rl.ppo_math import step_value_advantages
+
+    # row 0: three steps ending at tokens 1, 3, 4, then an EOS (token 5)
+    #   V(s_0..s_3) = 0.5, 0.75, 0.25, 1.0 -> steps: +0.25, -0.5, +0.75 (the EOS takes the last step's)
+    # row 1: one step over 4 tokens, then padding: V = 0.25, 0.0 -> -0.25 on every real token
+    # row 2: no step marker, 3 tokens: one step, V = 2/3 (the prompt's), 1.0 (its reward) -> +1/3
+    # the 9s are padding values and the 7s padding steps: never read
+    values = torch.tensor([[0.5, 0.75, 0.25, 1.0], [0.25, 0.0, 9.0, 9.0], [2 / 3, 1.0, 9.0, 9.0]])
+    steps = torch.tensor([[0, 0, 1, 1, 2, 2], [0, 0, 0, 0, 7, 7], [0, 0, 0, 7, 7, 7]])
+    mask = torch.tensor([[1.0] * 6, [1.0] * 4 + [0.0] * 2, [1.0] * 3 + [0.0] * 3])
+    adv = step_value_advantages(values, steps, mask)
+    close(adv, [[0.25, 0.25, -0.5, -0.5, 0.75, 0.75],
+                [-0.25, -0.25, -0.25, -0.25, 0.0, 0.0],
+                [1 / 3, 1 / 3, 1 / 3, 0.0, 0.0, 0.0]])
+    # the advantages of a response telescope: their per-step sum is V(end) - V(prompt)
+    assert 0.25 - 0.5 + 0.75 == pytest.approx(1.0 - 0.5)
+    close(step_value_advantages(values, steps, mask.bool()), adv)
+    with pytest.raises(ValueError, match="outside"):  # a real token of a step with no value
+        step_value_advantages(values[:, :2], steps, mask)
+    with pytest.raises(ValueError, match="one shape"):
+        step_value_advantages(values, steps[:, :5], mask)
