@@ -13,7 +13,7 @@ from rl.ppo_math import STEP_CREDITS
 from rl.step_rewards import SHAPING_MODES
 
 REWARD_MODES = ("step", "outcome", "gold", "step+gold")
-ADVANTAGE_ESTIMATORS = ("gae", "rloo", "group")
+ADVANTAGE_ESTIMATORS = ("gae", "rloo", "group", "mc_values")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
 
@@ -160,7 +160,18 @@ class StepPPOConfig(TrainingArguments):
                           "process supervision; an outcome or gold reward is one reward at the last token, which makes "
                           "it GRPO; under --reward_shaping min a path's one reward is its weakest step's score at "
                           "that step's end; the KL penalty is GRPO's k3 loss term, not a reward; "
-                          "ppo_math.group_step_advantages)."},
+                          "ppo_math.group_step_advantages) or mc_values (no critic: VinePPO's Monte Carlo values "
+                          "of step boundaries, see --mc_rollouts; ppo_math.step_value_advantages)."},
+    )
+    mc_rollouts: int = field(
+        default=4,
+        metadata={"help": "--advantage_estimator mc_values: continuations sampled (rollout temperature) from "
+                          "each step boundary inside a response (the prompt and its first j steps, 0 < j < n); "
+                          "the boundary's value is their mean answer-check reward, the prompt's value the mean "
+                          "reward of the prompt's other samples, the end's the response's own reward, and every "
+                          "token of a step gets the change in value across it (tokens after the last step: the "
+                          "last step's). Costs about mc_rollouts x (steps - 1) continuations per response, "
+                          "logged as rollout/mc_tokens; needs --reward gold; the KL penalty is a k3 loss term."},
     )
     step_credit: str = field(
         default="return",
@@ -247,7 +258,7 @@ class StepPPOConfig(TrainingArguments):
             raise ValueError(f"--temperature must be > 0 for PPO rollouts, got {self.temperature}")
         if not 0 <= self.gamma <= 1 or not 0 <= self.lam <= 1:
             raise ValueError("--gamma and --lam must be in [0, 1]")
-        if self.advantage_estimator in ("rloo", "group") and self.samples_per_prompt < 2:
+        if self.advantage_estimator in ("rloo", "group", "mc_values") and self.samples_per_prompt < 2:
             raise ValueError(f"--advantage_estimator {self.advantage_estimator} needs --samples_per_prompt >= 2")
         batch = self.prompts_per_update * self.samples_per_prompt
         if batch % self.num_mini_batches:
@@ -258,10 +269,31 @@ class StepPPOConfig(TrainingArguments):
         if self.drop_flat_groups and self.advantage_estimator != "group":
             raise ValueError("--drop_flat_groups needs --advantage_estimator group (it drops the prompts whose "
                              f"samples all got the same rewards); got {self.advantage_estimator!r}")
+        if self.advantage_estimator == "mc_values":
+            self._check_mc_values()
         if self.entropy_coef < 0:
             raise ValueError(f"--entropy_coef must be >= 0, got {self.entropy_coef}")
         if self.reward_clip is not None and self.reward_clip <= 0:
             raise ValueError(f"--reward_clip must be > 0, got {self.reward_clip}")
+
+
+    def _check_mc_values(self) -> None:
+        """Settings that --advantage_estimator mc_values cannot use (its values are mean answer-check
+        rewards of sampled continuations, graded as the gold reward grades a response)."""
+        if self.mc_rollouts < 1:
+            raise ValueError(f"--mc_rollouts must be >= 1, got {self.mc_rollouts}")
+        if self.reward != "gold":
+            raise ValueError("--advantage_estimator mc_values grades its continuations with the answer check: it "
+                             f"needs --reward gold, got {self.reward!r}")
+        if self.gamma != 1:
+            raise ValueError("--advantage_estimator mc_values estimates undiscounted values (--gamma 1), got "
+                             f"--gamma {self.gamma}")
+        if self.reward_normalize:
+            raise ValueError("--reward_normalize does not apply to --advantage_estimator mc_values (its values are "
+                             "mean rewards of continuations; --whiten_advantages scales the advantages)")
+        if self.rollout_backend != "hf":
+            raise ValueError("--advantage_estimator mc_values samples its continuations with --rollout_backend hf "
+                             f"only, got {self.rollout_backend!r}")
 
 
 _SIMPLE_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}

@@ -12,8 +12,9 @@ One update:
    responses without an answer get a penalty at their last token;
 3. old log-probabilities, reference log-probabilities (the base with adapters disabled under
    LoRA) and values are computed; a per-token KL penalty joins the rewards;
-4. GAE (or a leave-one-out baseline) gives advantages and returns, then `ppo_epochs` passes of
-   minibatches minimise the clipped policy and value losses.
+4. GAE (or a leave-one-out baseline, group-normalised step rewards, or Monte Carlo values of the
+   step boundaries, sampled from the policy) gives advantages and returns, then `ppo_epochs` passes
+   of minibatches minimise the clipped policy and value losses.
 
 Policy and critic are wrapped in one module so DDP and DeepSpeed see one model and one optimizer.
 """
@@ -202,16 +203,7 @@ class StepPPOTrainer:
             response_lists = self._generate_hf(prompts)
         tok.padding_side = "left"
         enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        width = max(1, max(len(r) for r in response_lists))
-        response_ids = torch.full((len(prompts), width), tok.pad_token_id, dtype=torch.long)
-        response_mask = torch.zeros((len(prompts), width), dtype=torch.float)
-        texts = []
-        for i, ids in enumerate(response_lists):
-            if ids:
-                response_ids[i, : len(ids)] = torch.tensor(ids)
-                response_mask[i, : len(ids)] = 1.0
-            body = ids[:-1] if ids and ids[-1] == tok.eos_token_id else ids
-            texts.append(tok.decode(body, skip_special_tokens=True))
+        response_ids, response_mask, texts = response_tensors(tok, response_lists)
         device = self.accelerator.device
         return Rollouts(enc["input_ids"].to(device), enc["attention_mask"].to(device), response_ids.to(device),
                         response_mask.to(device), texts, problems)
@@ -226,19 +218,18 @@ class StepPPOTrainer:
             for start in range(0, len(prompts), args.generation_batch_size):
                 chunk = prompts[start : start + args.generation_batch_size]
                 enc = tok(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(self.accelerator.device)
-                gen = policy.generate(**enc, max_new_tokens=args.max_new_tokens, do_sample=True,
-                                      temperature=args.temperature, top_p=args.top_p, top_k=0,
-                                      pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, use_cache=True)
-                for row in gen[:, enc["input_ids"].shape[1] :].tolist():
-                    if tok.eos_token_id in row:
-                        row = row[: row.index(tok.eos_token_id) + 1]
-                    else:
-                        while row and row[-1] == tok.pad_token_id and tok.pad_token_id != tok.eos_token_id:
-                            row.pop()
-                    out.append(row)
+                gen = policy.generate(**enc, max_new_tokens=args.max_new_tokens, **self._sampling_kwargs())
+                out.extend(trim_generated(tok, row) for row in gen[:, enc["input_ids"].shape[1] :].tolist())
             if was_training:
                 policy.train()
         return out
+
+    def _sampling_kwargs(self) -> dict[str, Any]:
+        """`generate` arguments of rollouts (and of Monte Carlo continuations): sampling at the
+        rollout temperature and top-p, no top-k."""
+        args, tok = self.args, self.tokenizer
+        return dict(do_sample=True, temperature=args.temperature, top_p=args.top_p, top_k=0,
+                    pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, use_cache=True)
 
     def _generate_vllm(self, prompts: list[str]) -> list[list[int]]:
         """Rollouts from a vLLM engine colocated in this process, with the policy's current weights.
@@ -384,6 +375,110 @@ class StepPPOTrainer:
         return rewards.to(self.accelerator.device), summary
 
     # ------------------------------------------------------------------------------------------
+    # Monte Carlo step values (--advantage_estimator mc_values, VinePPO)
+
+    @torch.no_grad()
+    def _sample_continuations(self, prefixes: list[list[int]], budgets: list[int]) -> list[list[int]]:
+        """One continuation of each token prefix (prompt and response tokens) sampled as rollouts are,
+        at most `budgets[i]` tokens, trimmed at its first EOS. Prefixes are sorted by budget so that a
+        generate call of `generation_batch_size` rows runs about as long as each of its rows needs."""
+        args, tok = self.args, self.tokenizer
+        out: list[list[int]] = [[] for _ in prefixes]
+        order = sorted(range(len(prefixes)), key=lambda i: (-budgets[i], -len(prefixes[i])))
+        device = self.accelerator.device
+        with self._policy_for_generation() as policy:
+            was_training = policy.training
+            policy.eval()
+            for start in range(0, len(order), args.generation_batch_size):
+                chunk = order[start : start + args.generation_batch_size]
+                width = max(len(prefixes[i]) for i in chunk)
+                ids = torch.full((len(chunk), width), tok.pad_token_id, dtype=torch.long)
+                attention = torch.zeros((len(chunk), width), dtype=torch.long)
+                for row, i in enumerate(chunk):  # left padding, as the rollouts' prompts have
+                    ids[row, width - len(prefixes[i]) :] = torch.tensor(prefixes[i])
+                    attention[row, width - len(prefixes[i]) :] = 1
+                gen = policy.generate(input_ids=ids.to(device), attention_mask=attention.to(device),
+                                      max_new_tokens=max(budgets[i] for i in chunk), **self._sampling_kwargs())
+                for row, i in enumerate(chunk):
+                    out[i] = trim_generated(tok, gen[row, width:].tolist()[: budgets[i]])
+            if was_training:
+                policy.train()
+        return out
+
+    def _step_end_tokens(self, body: list[int], text: str) -> list[int] | None:
+        """Response token index where each step of `text` (the decoded `body`) ends, as `rewards`
+        places step rewards; None when they cannot be found in the tokens."""
+        ends = step_end_char_positions(text)
+        if not ends or not body:
+            return []
+        try:
+            return sorted(set(char_to_token_positions(offsets_from_token_ids(self.tokenizer, body), ends)))
+        except ValueError:
+            return None
+
+    def mc_step_values(self, batch: Rollouts, rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """VinePPO's Monte Carlo values of the step boundaries of every response in `batch`, whose
+        placed rewards (`rewards`, --reward gold) are given: (step values [N, S + 1], the step of each
+        response token [N, R] as `ppo_math.token_steps_from_ends` gives it, statistics).
+
+        Row i has n steps (a row whose steps are not found in its tokens, or that has none, is one
+        step). Its values: V(s_0), the mean reward of the *other* samples of its prompt (a
+        leave-one-out baseline: free, and independent of the response it is the baseline of);
+        V(s_j) for 0 < j < n, the mean reward of `mc_rollouts` continuations sampled from the prompt
+        and the response's tokens up to the end of step j; V(s_n), the response's own reward.
+        A continuation may run as long as the response could (`max_new_tokens` counted from the
+        response's start) and is graded by `rewards` as a response is: the answer check, less the
+        penalties for a missing EOS or a missing answer."""
+        args, tok = self.args, self.tokenizer
+        n, width = batch.response_ids.shape
+        lengths = batch.response_mask.sum(-1).long().tolist()
+        own = rewards.sum(-1).float().cpu()
+        start_values = M.leave_one_out_baseline(own, args.samples_per_prompt)
+        step_ends: list[list[int]] = []
+        prefixes: list[list[int]] = []
+        heads: list[list[int]] = []  # the response part of each prefix
+        owners: list[int] = []
+        unlocated = 0
+        for i in range(n):
+            ids = batch.response_ids[i, : lengths[i]].tolist()
+            body = ids[:-1] if ids and ids[-1] == tok.eos_token_id else ids
+            ends = self._step_end_tokens(body, batch.texts[i])
+            if ends is None:
+                unlocated += 1
+                ends = []
+            step_ends.append(ends)
+            query = batch.query_ids[i][batch.query_mask[i].bool()].tolist()
+            for end in ends[:-1]:  # the boundaries inside the response; the last step's end is terminal
+                head = body[: end + 1]
+                for _ in range(args.mc_rollouts):
+                    prefixes.append(query + head)
+                    heads.append(head)
+                    owners.append(i)
+        budgets = [args.max_new_tokens - len(h) for h in heads]
+        continuations = self._sample_continuations(prefixes, budgets) if prefixes else []
+        graded = torch.zeros(0)
+        if continuations:
+            ids, resp_mask, texts = response_tensors(tok, [h + c for h, c in zip(heads, continuations)])
+            empty = torch.zeros((len(texts), 0), dtype=torch.long)
+            pieces = Rollouts(empty, empty, ids, resp_mask, texts, [batch.problems[i] for i in owners])
+            graded = self.rewards(pieces)[0].sum(-1).float().cpu()
+        values = graded.view(-1, args.mc_rollouts).mean(-1).tolist()  # one per boundary, in order
+        step_values = torch.zeros((n, 1 + max(max(len(e), 1) for e in step_ends)))
+        at = 0
+        for i, ends in enumerate(step_ends):
+            inner = values[at : at + max(len(ends) - 1, 0)]
+            at += len(inner)
+            row = [start_values[i].item(), *inner, own[i].item()]
+            step_values[i, : len(row)] = torch.tensor(row)
+        stats = {
+            "rollout/mc_prefixes": float(len(values)),
+            "rollout/mc_tokens": float(sum(len(c) for c in continuations)),
+            "rollout/mc_unlocated_frac": unlocated / max(n, 1),
+            "mc/boundary_value_mean": sum(values) / len(values) if values else 0.0,
+        }
+        return step_values, M.token_steps_from_ends(step_ends, width), stats
+
+    # ------------------------------------------------------------------------------------------
     # forward passes
 
     def _forward(self, model, batch: Rollouts, rows, with_values: bool):
@@ -430,7 +525,9 @@ class StepPPOTrainer:
             ref_logprobs = self._ref_logprobs(batch, rows)
         kl = M.per_token_kl(old_logprobs, ref_logprobs, args.kl_estimator) * mask
         extra: dict[str, float] = {}
-        kl_in_loss = args.advantage_estimator == "group"  # GRPO's placement: a loss term, not a reward
+        # GRPO's placement of the KL penalty: a loss term, not a reward (mc_values' advantages are
+        # differences of Monte Carlo values, which a per-token reward would not enter)
+        kl_in_loss = args.advantage_estimator in ("group", "mc_values")
         loss_mask = mask  # the tokens the loss averages over
         token_rewards = scores if kl_in_loss else scores - self.kl_ctl.value * kl
         if args.advantage_estimator == "gae":
@@ -444,12 +541,20 @@ class StepPPOTrainer:
             if args.drop_flat_groups:  # DAPO: no flat group in the loss; the others keep their weight
                 kept = ~group_stats["flat_rows"]
                 loss_mask = mask * kept[:, None].to(mask.dtype)
+        elif args.advantage_estimator == "mc_values":  # VinePPO: Monte Carlo values of step boundaries
+            t_mc = time.time()
+            step_values, token_steps, mc_stats = self.mc_step_values(batch, scores)
+            advantages = M.step_value_advantages(step_values, token_steps, mask.cpu()).to(mask.device)
+            extra.update(mc_stats)
+            extra["time/mc_values"] = time.time() - t_mc
+            returns = old_values = torch.zeros_like(advantages)
         else:
             togo = M.discounted_returns(token_rewards, mask, args.gamma)
             baseline = M.leave_one_out_baseline(togo[:, 0], args.samples_per_prompt)
             advantages = (togo - baseline[:, None]) * mask
             returns = togo
             old_values = torch.zeros_like(togo)
+        extra["rollout/tokens"] = mask.sum().item() + extra.get("rollout/mc_tokens", 0.0)  # every sampled token
         if args.whiten_advantages and args.advantage_estimator != "group":  # group advantages are normalised
             advantages = M.masked_whiten(advantages, mask) * mask
         finite = M.is_finite_batch(token_rewards, advantages, returns, old_logprobs)
@@ -716,6 +821,31 @@ class StepPPOTrainer:
 
 # ----------------------------------------------------------------------------------------------
 # helpers of the plumbing
+
+
+def trim_generated(tok, row: list[int]) -> list[int]:
+    """A generated row up to and with its first EOS; without one, the trailing padding removed."""
+    if tok.eos_token_id in row:
+        return row[: row.index(tok.eos_token_id) + 1]
+    while row and row[-1] == tok.pad_token_id and tok.pad_token_id != tok.eos_token_id:
+        row.pop()
+    return row
+
+
+def response_tensors(tok, response_lists: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    """Right-padded response ids [N, R], their mask (1 on response tokens, EOS included) and the
+    decoded texts (without the EOS) of generated responses."""
+    width = max(1, max((len(r) for r in response_lists), default=0))
+    response_ids = torch.full((len(response_lists), width), tok.pad_token_id, dtype=torch.long)
+    response_mask = torch.zeros((len(response_lists), width), dtype=torch.float)
+    texts = []
+    for i, ids in enumerate(response_lists):
+        if ids:
+            response_ids[i, : len(ids)] = torch.tensor(ids)
+            response_mask[i, : len(ids)] = 1.0
+        body = ids[:-1] if ids and ids[-1] == tok.eos_token_id else ids
+        texts.append(tok.decode(body, skip_special_tokens=True))
+    return response_ids, response_mask, texts
 
 
 def scheduler_steps(config: StepPPOConfig, num_processes: int) -> int:

@@ -66,7 +66,7 @@ def stored_settings(out: str | Path) -> dict[str, Any] | None:
     return stored
 
 
-SETTINGS_ADDED_LATER = {"step_credit": "return", "entropy_coef": 0.0, "drop_flat_groups": False}
+SETTINGS_ADDED_LATER = {"step_credit": "return", "entropy_coef": 0.0, "drop_flat_groups": False, "mc_rollouts": 4}
 """Settings a run stored before they existed, with the value such a run computed with."""
 
 
