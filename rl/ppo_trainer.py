@@ -455,12 +455,13 @@ class StepPPOTrainer:
                     heads.append(head)
                     owners.append(i)
         budgets = [args.max_new_tokens - len(h) for h in heads]
-        continuations = self._sample_continuations(prefixes, budgets) if prefixes else []
+        # every rank samples, with or without prefixes: under ZeRO-3 gathering the policy is collective
+        continuations = self._sample_continuations(prefixes, budgets)
         graded = torch.zeros(0)
         if continuations:
-            ids, resp_mask, texts = response_tensors(tok, [h + c for h, c in zip(heads, continuations)])
-            empty = torch.zeros((len(texts), 0), dtype=torch.long)
-            pieces = Rollouts(empty, empty, ids, resp_mask, texts, [batch.problems[i] for i in owners])
+            whole, whole_mask, texts = response_tensors(tok, [h + c for h, c in zip(heads, continuations)])
+            empty = torch.zeros((len(texts), 0), dtype=torch.long)  # `rewards` reads the responses only
+            pieces = Rollouts(empty, empty, whole, whole_mask, texts, [batch.problems[i] for i in owners])
             graded = self.rewards(pieces)[0].sum(-1).float().cpu()
         values = graded.view(-1, args.mc_rollouts).mean(-1).tolist()  # one per boundary, in order
         step_values = torch.zeros((n, 1 + max(max(len(e), 1) for e in step_ends)))
