@@ -14,6 +14,9 @@ A spec is one of
 - `exact`: the world's exact step checker (world problems only; it is built from their rows);
 - `math-shepherd:PATH`: a Math-Shepherd-style causal-LM PRM (P(+) vs P(-) at a step tag);
 - `token-prm:PATH`: a two-label token-classification PRM read at a separator after each step;
+- `implicit:PATH`: PRIME's implicit PRM (`reward_models.implicit_prm`): an LM trained on the
+  answer check's outcome labels of the policy's own samples, read against its frozen reference;
+  a step's score is sigmoid of the cumulative implicit reward (beta * log-likelihood ratio) so far;
 - `product:SPEC,SPEC[,...]` or `min:SPEC,SPEC[,...]`: several of the above combined step by step
   (`reward_models.combined`), e.g. `product:step-confidence:outputs/sft_tiny,outputs/psv_tiny`.
 
@@ -42,7 +45,7 @@ COMBINE_RULES = ("product", "min")
 def split_spec(spec: str) -> tuple[str, str | None]:
     """("confidence", "PATH") for "confidence:PATH"; (spec, None) when it has no known prefix."""
     head, sep, rest = spec.partition(":")
-    if sep and head in (*CONFIDENCE_SPANS, *COMBINE_RULES, "math-shepherd", "token-prm"):
+    if sep and head in (*CONFIDENCE_SPANS, *COMBINE_RULES, "math-shepherd", "token-prm", "implicit"):
         return head, rest
     return spec, None
 
@@ -135,6 +138,10 @@ def load_verifier(
         return ConfidenceVerifier.from_pretrained(path, batch_size=batch_size, device=device,
                                                   span=CONFIDENCE_SPANS[head],
                                                   reduce=CONFIDENCE_REDUCE.get(head, "min"))
+    if head == "implicit":
+        from reward_models.implicit_prm import ImplicitPRM
+
+        return ImplicitPRM.from_pretrained(rest or "", batch_size=batch_size, device=device)
     if spec == "exact":
         rows = [r for r in (world_rows or []) if isinstance(r, dict) and "world" in r]
         if not rows:
@@ -165,6 +172,10 @@ def check_spec(spec: str, policy: str | None = None) -> None:
             check_spec(part, policy)
     elif head in CONFIDENCE_SPANS:
         _confidence_policy(head, rest, policy)
+    elif head == "implicit":
+        from reward_models.implicit_prm import check_implicit_dir
+
+        check_implicit_dir(rest or "")
     elif head in ("math-shepherd", "token-prm"):
         if not rest:
             raise ValueError(f"verifier {spec!r}: name the model ({head}:PATH)")
@@ -200,6 +211,8 @@ def _check_psv_dir(spec: str) -> None:
     kind = psv_dir_kind(spec)
     if kind in ("lora", "full"):
         return
+    if kind == "policy" and (Path(spec) / "implicit_prm.json").exists():
+        raise ValueError(f"{spec} is an implicit PRM: name it implicit:{spec}")
     if kind == "policy":
         raise ValueError(
             f"{spec} is a causal LM (a policy), not a PSV: train one with `python -m reward_models.train "

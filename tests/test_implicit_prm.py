@@ -1,0 +1,210 @@
+"""PRIME's implicit PRM: step rewards by hand, zero at initialisation, training on outcome labels,
+the `implicit:PATH` spec, and the online update inside PPO."""
+
+import json
+import math
+import random
+
+import pytest
+import torch
+
+from reasoning.prompts import solve_prompt
+from reasoning.steps import join_steps
+from reasoning.world import WorldConfig, corrupt_steps, generate
+from reward_models.implicit_prm import (
+    ImplicitPRM,
+    ImplicitPRMConfig,
+    encode_steps,
+    load_for_training,
+    main,
+    train_implicit_prm,
+)
+from reward_models.verifier import layout
+
+WORLD = WorldConfig(min_steps=2, max_steps=4)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """A tiny policy (the reference) and a second tiny LM with other weights, one tokenizer."""
+    from reasoning.tokenizer import train_tokenizer
+    from rl.models import build_tiny_causal_lm
+
+    root = tmp_path_factory.mktemp("implicit")
+    rows = generate("train", 120, 0, WORLD)
+    tok = train_tokenizer([solve_prompt(r["question"]) + join_steps(r["steps"]) for r in rows], vocab_size=300)
+    policy = build_tiny_causal_lm(tok, hidden_size=32, num_layers=1, num_heads=2, seed=0)
+    policy.save_pretrained(root / "policy")
+    tok.save_pretrained(root / "policy")
+    (root / "policy" / "world_config.json").write_text(json.dumps(WORLD.__dict__))
+    other = build_tiny_causal_lm(tok, hidden_size=32, num_layers=1, num_heads=2, seed=1)
+    return root, tok, policy.eval(), other.eval()
+
+
+def outcome_rows(n_problems: int, seed: int = 0) -> list[dict]:
+    """Per problem the gold path (answer right, label 1) and a corrupted one (label 0)."""
+    rng = random.Random(seed)
+    rows = []
+    for r in generate("train", n_problems, seed, WORLD):
+        rows.append({"id": f"{r['id']}/gold", "prompt": r["question"], "completions": r["steps"],
+                     "answer_correct": True})
+        steps, _, _ = corrupt_steps(r, rng)
+        rows.append({"id": f"{r['id']}/bad", "prompt": r["question"], "completions": steps, "answer_correct": False})
+    return rows
+
+
+def hand_step_rewards(model, ref, tok, question, steps, beta):
+    """beta * sum of log(pi/pi_ref) over the tokens of each step, from the logits of one unpadded
+    sequence: a token belongs to the last step whose `<Step>` starts before the token ends."""
+    lay = layout(question, steps)
+    enc = tok(lay.text, add_special_tokens=False, return_offsets_mapping=True)
+    ids = torch.tensor([enc["input_ids"]])
+    with torch.no_grad():
+        lp = torch.log_softmax(model(input_ids=ids).logits[0].float(), -1)
+        lp_ref = torch.log_softmax(ref(input_ids=ids).logits[0].float(), -1)
+    starts = [lay.text.rindex("<Step>", 0, end) for end in lay.step_end_chars]
+    sums = [0.0] * len(steps)
+    counted = 0
+    for k in range(1, len(enc["input_ids"])):
+        end = enc["offset_mapping"][k][1]
+        owners = [j for j, s in enumerate(starts) if s < end]
+        if not owners:
+            continue  # the prompt
+        t = enc["input_ids"][k]
+        sums[owners[-1]] += (lp[k - 1, t] - lp_ref[k - 1, t]).item()
+        counted += 1
+    return [beta * s for s in sums], counted
+
+
+def test_step_rewards_equal_beta_times_the_log_ratios_by_hand(models):
+    root, tok, ref, other = models
+    rows = generate("dev", 6, 0, WORLD)
+    questions = [r["question"] for r in rows]
+    paths = [r["steps"] for r in rows]
+    assert len({len(layout(q, p).text) for q, p in zip(questions, paths)}) > 1  # padding is exercised
+    prm = ImplicitPRM(other, ref, tok, beta=0.25, batch_size=4)
+    got = prm.step_rewards(questions, paths)
+    for q, p, g in zip(questions, paths, got):
+        expected, counted = hand_step_rewards(other, ref, tok, q, p, 0.25)
+        assert len(g) == len(p)
+        assert g == pytest.approx(expected, rel=1e-4, abs=1e-5)
+        assert any(abs(x) > 1e-3 for x in expected)  # the two models differ: the check can fail
+        # every token after the prompt is owned by exactly one step, padding by none
+        batch = encode_steps(tok, [q], [p])
+        assert int((batch["token_step"] >= 0).sum()) == counted
+    # batching and padding do not change the rewards
+    single = ImplicitPRM(other, ref, tok, beta=0.25, batch_size=1).step_rewards(questions, paths)
+    assert all(a == pytest.approx(b, rel=1e-4, abs=1e-6) for a, b in zip(got, single))
+    # the score is sigmoid of the cumulative reward: the last step's is sigmoid(r(x, y))
+    scores = prm.score(questions, paths)
+    for s, r in zip(scores, got):
+        assert s[-1] == pytest.approx(1 / (1 + math.exp(-sum(r))), rel=1e-6)
+        assert s[0] == pytest.approx(1 / (1 + math.exp(-r[0])), rel=1e-6)
+        assert all(0.0 <= x <= 1.0 for x in s)
+
+
+def test_token_step_marks_each_steps_tokens_and_padding():
+    """`token_step` puts each token under the step whose tag text it carries; padding is -1."""
+    from reasoning.tokenizer import train_tokenizer
+
+    tok = train_tokenizer([solve_prompt("Q?") + join_steps(["a b", "c d e"])] * 3, vocab_size=300)
+    batch = encode_steps(tok, ["Q?", "Q?"], [["a b", "c d e"], ["a b"]])
+    for row in range(2):
+        ids = batch["input_ids"][row].tolist()
+        owner = batch["token_step"][row].tolist()
+        n = int(batch["attention_mask"][row].sum())
+        assert all(o == -1 for o in owner[n:])  # padding
+        texts = {j: tok.decode([i for i, o in zip(ids, owner) if o == j]) for j in set(owner) if j >= 0}
+        assert "a b" in texts[0] and "</Step>" in texts[0] and "c" not in texts[0]
+        if row == 0:
+            assert "c d e" in texts[1] and "a" not in texts[1]
+        assert owner[0] == -1 and "Question" not in "".join(texts.values())
+
+
+def test_rewards_are_exactly_zero_at_initialisation(models):
+    root, *_ = models
+    prm = load_for_training(str(root / "policy"), beta=0.05)
+    rows = generate("dev", 5, 0, WORLD)
+    rewards = prm.step_rewards([r["question"] for r in rows], [r["steps"] for r in rows])
+    assert all(x == 0.0 for r in rewards for x in r) and all(len(r) > 0 for r in rewards)
+    assert all(s == 0.5 for p in prm.score([r["question"] for r in rows], [r["steps"] for r in rows]) for s in p)
+
+
+def test_training_separates_right_from_wrong_and_the_spec_loads_it(models, tmp_path):
+    from reward_models.load import check_spec, load_verifier
+
+    root, *_ = models
+    rows = outcome_rows(12)
+    out = tmp_path / "prm"
+    cfg = ImplicitPRMConfig(data="rows", init_from=str(root / "policy"), output_dir=str(out), beta=0.1,
+                            learning_rate=3e-3, max_steps=12, batch_size=8)
+    summary = train_implicit_prm(rows, cfg)
+    assert summary["loss_after"] < summary["loss_before"] == pytest.approx(math.log(2), rel=1e-6)
+    assert summary["tokens_read"] > 0 and summary["train_seconds"] >= 0
+    saved = json.loads((out / "implicit_prm.json").read_text())
+    assert saved["beta"] == 0.1 and saved["reference"] == str((root / "policy").resolve())
+    assert (out / "world_config.json").exists()
+    check_spec(f"implicit:{out}")
+    prm = load_verifier(f"implicit:{out}")
+    assert isinstance(prm, ImplicitPRM) and prm.beta == 0.1
+    last = [s[-1] for s in prm.score([r["prompt"] for r in rows], [r["completions"] for r in rows])]
+    right = [s for s, r in zip(last, rows) if r["answer_correct"]]
+    wrong = [s for s, r in zip(last, rows) if not r["answer_correct"]]
+    # from 0.5 for every row at the start: sigmoid(r) rose on the label-1 rows and fell on the label-0 ones
+    assert sum(right) / len(right) > 0.5 > sum(wrong) / len(wrong), (right, wrong)
+    assert sum(a > b for a, b in zip(right, wrong)) >= 0.75 * len(right)  # each gold path above its corruption
+
+
+def test_spec_errors_are_one_line(models, tmp_path):
+    from reward_models.load import check_spec, load_verifier
+
+    root, *_ = models
+    for spec, match in ((f"implicit:{tmp_path / 'nope'}", "no such directory"),
+                        (f"implicit:{root / 'policy'}", "no implicit_prm.json"),
+                        ("implicit:", "name the implicit PRM folder")):
+        for call in (check_spec, load_verifier):
+            with pytest.raises(ValueError, match=match) as err:
+                call(spec)
+            assert "\n" not in str(err.value)
+    moved = tmp_path / "prm"
+    moved.mkdir()
+    (moved / "implicit_prm.json").write_text(json.dumps({"beta": 0.05, "reference": str(tmp_path / "gone")}))
+    with pytest.raises(ValueError, match="its reference .*gone is not a saved model"):
+        check_spec(f"implicit:{moved}")
+    with pytest.raises(ValueError, match=f"is an implicit PRM: name it implicit:{moved}"):
+        (moved / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+        check_spec(str(moved))
+
+
+def test_cli_trains_and_reports_bad_rows(models, tmp_path, capsys):
+    root, *_ = models
+    data = tmp_path / "rows.jsonl"
+    rows = outcome_rows(3)
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "prm"
+    assert main(["--data", str(data), "--init_from", str(root / "policy"), "--output_dir", str(out),
+                 "--max_steps", "1", "--batch_size", "4"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == len(rows)
+    bad = dict(rows[1], answer_correct="yes")
+    data.write_text(json.dumps(rows[0]) + "\n" + json.dumps(bad) + "\n")
+    assert main(["--data", str(data), "--init_from", str(root / "policy"), "--output_dir", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"error: {data}:2: row 1 (id {bad['id']!r}): field 'answer_correct' must be true/false "
+                   "(the answer check), got 'yes'")
+    assert not (tmp_path / "x").exists()
+
+
+def test_online_update_moves_the_prm_and_never_the_reference(models):
+    root, *_ = models
+    prm = load_for_training(str(root / "policy"), beta=0.1)
+    ref_before = {k: v.clone() for k, v in prm.ref.state_dict().items()}
+    model_before = {k: v.clone() for k, v in prm.model.state_dict().items()}
+    rows = outcome_rows(4)
+    got = prm.online_update([r["prompt"] for r in rows], [r["completions"] for r in rows],
+                            [float(r["answer_correct"]) for r in rows], steps=2, learning_rate=1e-3, batch_size=3)
+    assert got["loss"] == pytest.approx(math.log(2), rel=1e-6) and got["seconds"] > 0
+    assert any(not torch.equal(v, prm.model.state_dict()[k]) for k, v in model_before.items())
+    assert all(torch.equal(v, prm.ref.state_dict()[k]) for k, v in ref_before.items())
+    assert not any(p.requires_grad for p in prm.ref.parameters())
+    assert any(x != 0.0 for r in prm.step_rewards([rows[0]["prompt"]], [rows[0]["completions"]]) for x in r)
+
