@@ -1,6 +1,6 @@
 """Process annotation: step labels for a policy's own reasoning paths, without human labels.
 
-    python -m reward_models.annotate --method {tree,mc,autopsv,exact} --policy D \\
+    python -m reward_models.annotate --method {tree,mc,autopsv,exact,outcome} --policy D \\
         [--data world | F.jsonl | gsm8k] [--n N] [--seed S] --out A.jsonl
 
 Every method samples paths from the policy `D` and gives each step a label in [0, 1], the
@@ -33,6 +33,9 @@ estimated probability that the path so far still leads to the correct answer:
   (label 0.0); all other steps get 1.0. Rows also carry the scores (`orm_scores`).
 - ``exact`` (world problems only, a reference): paths sampled as in mc, labelled by the world's
   step checker.
+- ``outcome`` (any data with gold answers): paths sampled as in mc, every step labelled with the
+  path's answer check (1.0 right, 0.0 wrong) and no rollout: the outcome-labelled samples an
+  outcome verifier or PRIME's implicit PRM (`reward_models.implicit_prm`) learns from.
 
 Output: a TRL stepwise-supervision JSONL file, one row per path::
 
@@ -94,7 +97,7 @@ __all__ = [
     "tree_paths",
 ]
 
-METHODS = ("tree", "mc", "autopsv", "exact")
+METHODS = ("tree", "mc", "autopsv", "exact", "outcome")
 STEP_STOP = (CLOSE_TAG,)
 BAD_GENERATIONS = frozenset({
     "path_no_steps", "path_no_answer", "path_truncated", "step_empty", "leaf_truncated", "leaf_capped",
@@ -126,8 +129,8 @@ class AnnotateConfig:
     temperature_pos: float = field(default=0.7, metadata={"help": "tree: temperature of the positive prompt."})
     temperature_neg: float = field(default=1.0, metadata={"help": "tree: temperature of the exploratory prompt."})
     max_depth: int = field(default=8, metadata={"help": "tree: most steps on a path (deeper = capped leaf)."})
-    paths_per_problem: int = field(default=4, metadata={"help": "mc/autopsv/exact: sampled paths per problem."})
-    temperature: float = field(default=1.0, metadata={"help": "mc/autopsv/exact: sampling temperature."})
+    paths_per_problem: int = field(default=4, metadata={"help": "mc/autopsv/exact/outcome: sampled paths per problem."})
+    temperature: float = field(default=1.0, metadata={"help": "mc/autopsv/exact/outcome: sampling temperature."})
     rollouts: int = field(default=4, metadata={"help": "mc: completions sampled from each prefix."})
     hard: bool = field(default=False, metadata={"help": "mc: label 1.0 if any rollout is right (else soft)."})
     orm_train_fraction: float = field(default=0.5, metadata={"help": "autopsv: share of problems training the ORM."})
@@ -438,13 +441,22 @@ def annotate_mc(generator, problems, cfg, group, stats) -> dict[str, list[dict]]
     return out
 
 
-def annotate_exact(generator, problems, cfg, group, stats) -> dict[str, list[dict]]:
-    sampled = sample_paths(generator, problems, cfg, derive_seed(cfg.seed, "paths", group), stats)
-    return {
-        problem.id: [_row(problem, "exact", k, p.steps, exact_labels(problem, p.steps), p.correct)
-                     for k, p in enumerate(paths)]
-        for problem, paths in zip(problems, sampled)
-    }
+def _labelled_samples(method: str, label: Callable[[Problem, SampledPath], list[float]]):
+    """A method that labels each sampled path (no rollout) with `label(problem, path)`."""
+
+    def annotate_samples(generator, problems, cfg, group, stats) -> dict[str, list[dict]]:
+        sampled = sample_paths(generator, problems, cfg, derive_seed(cfg.seed, "paths", group), stats)
+        return {
+            problem.id: [_row(problem, method, k, p.steps, label(problem, p), p.correct)
+                         for k, p in enumerate(paths)]
+            for problem, paths in zip(problems, sampled)
+        }
+
+    return annotate_samples
+
+
+annotate_exact = _labelled_samples("exact", lambda problem, p: exact_labels(problem, p.steps))
+annotate_outcome = _labelled_samples("outcome", lambda problem, p: [float(p.correct)] * len(p.steps))
 
 
 def _score_paths(verifier, questions: list[str], paths: list[list[str]], stats: RunStats) -> list[list[float] | None]:
@@ -808,7 +820,8 @@ def annotate(
                             "reused": orm.reused, "train_problems": len(train_ids), "train_paths": orm.train_paths,
                             "train_correct": orm.train_correct, "baseline": orm.baseline}
         else:
-            method = {"tree": annotate_tree, "mc": annotate_mc, "exact": annotate_exact}[cfg.method]
+            method = {"tree": annotate_tree, "mc": annotate_mc, "exact": annotate_exact,
+                      "outcome": annotate_outcome}[cfg.method]
         skipped = sum(p.id in writer.done for p in problems)
         bar = _progress(None, cfg, cfg.method, total=len(problems) - skipped)
         annotated = 0

@@ -208,3 +208,25 @@ def test_online_update_moves_the_prm_and_never_the_reference(models):
     assert not any(p.requires_grad for p in prm.ref.parameters())
     assert any(x != 0.0 for r in prm.step_rewards([rows[0]["prompt"]], [rows[0]["completions"]]) for x in r)
 
+
+def test_outcome_annotation_feeds_the_implicit_prm(models, tmp_path):
+    """`annotate --method outcome` samples paths with no rollout and labels every step with the
+    path's answer check; its rows train the implicit PRM as they are."""
+    from test_annotate import ScriptedGenerator, check_schema, config, read_rows
+
+    from reasoning.world import row_to_problem
+    from reward_models import annotate as ann
+
+    root, *_ = models
+    world = generate("train", 4, 1, WORLD)
+    gen = ScriptedGenerator(world)  # even paths the gold solution, odd ones a wrong step and answer
+    summary = ann.annotate(config(tmp_path, "outcome", paths_per_problem=2), gen,
+                           [row_to_problem(r) for r in world])
+    rows = read_rows(tmp_path / "outcome.jsonl")
+    check_schema(rows, "outcome")
+    assert gen.calls == 1 and summary["generated_tokens"] > 0 and "seconds" in summary  # no rollout
+    assert [r["answer_correct"] for r in rows] == [True, False] * 4
+    assert all(r["labels"] == [float(r["answer_correct"])] * len(r["completions"]) for r in rows)
+    cfg = ImplicitPRMConfig(data="rows", init_from=str(root / "policy"), output_dir=str(tmp_path / "prm"),
+                            max_steps=1, batch_size=4)
+    assert train_implicit_prm(rows, cfg)["rows"] == 8
