@@ -151,6 +151,18 @@ class StepPPOConfig(TrainingArguments):
     reward_clip: float | None = field(default=None, metadata={"help": "Clip each placed reward to [-c, c]."})
     reward_normalize: bool = field(default=False, metadata={"help": "Divide rewards by their running std."})
 
+    # --- online verifier update (PRIME) --------------------------------------------------------
+    verifier_online_update: bool = field(
+        default=False,
+        metadata={"help": "Keep an implicit PRM verifier (implicit:PATH) current, as PRIME does: after each update's "
+                          "rewards, train it on that update's rollouts and their answer-check labels "
+                          "(reward_models.implicit_prm). Only with an implicit: verifier."},
+    )
+    verifier_online_steps: int = field(default=1, metadata={"help": "--verifier_online_update: optimiser steps "
+                                                                    "of the PRM per PPO update."})
+    verifier_online_learning_rate: float = field(default=1e-6, metadata={"help": "--verifier_online_update: "
+                                                                                 "the PRM's learning rate."})
+
     # --- PPO ----------------------------------------------------------------------------------
     advantage_estimator: str = field(
         default="group",
@@ -275,6 +287,23 @@ class StepPPOConfig(TrainingArguments):
             raise ValueError(f"--entropy_coef must be >= 0, got {self.entropy_coef}")
         if self.reward_clip is not None and self.reward_clip <= 0:
             raise ValueError(f"--reward_clip must be > 0, got {self.reward_clip}")
+        check_online_update(self)
+
+
+def check_online_update(config: StepPPOConfig) -> None:
+    """ValueError unless --verifier_online_update has an implicit PRM to train (an `implicit:` verifier,
+    alone or a part of a combination, read by a verifier reward)."""
+    if not config.verifier_online_update:
+        return
+    from reward_models.load import spec_parts, split_spec
+
+    if config.reward == "gold" or not any(split_spec(p)[0] == "implicit" for p in spec_parts(config.verifier)):
+        raise ValueError(f"--verifier_online_update trains an implicit PRM: it needs --verifier implicit:PATH and a "
+                         f"verifier reward; got --verifier {config.verifier} --reward {config.reward}")
+    if config.verifier_online_steps < 1:
+        raise ValueError(f"--verifier_online_steps must be >= 1, got {config.verifier_online_steps}")
+    if not config.verifier_online_learning_rate > 0:
+        raise ValueError(f"--verifier_online_learning_rate must be > 0, got {config.verifier_online_learning_rate}")
 
 
     def _check_mc_values(self) -> None:

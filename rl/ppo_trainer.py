@@ -115,6 +115,7 @@ class StepPPOTrainer:
         if tokenizer.pad_token_id is None:
             raise ValueError("the policy tokenizer needs a pad token")
         self.verifier = verifier
+        self.online_prms = online_prms(config, verifier)
         if not train_problems:
             raise ValueError("no training prompts")
         self.train_problems = list(train_problems)
@@ -526,6 +527,8 @@ class StepPPOTrainer:
             ref_logprobs = self._ref_logprobs(batch, rows)
         kl = M.per_token_kl(old_logprobs, ref_logprobs, args.kl_estimator) * mask
         extra: dict[str, float] = {}
+        if self.online_prms:  # PRIME: the PRM learns from this update's rollouts after rewarding them
+            extra.update(self._online_verifier_update(batch))
         # GRPO's placement of the KL penalty: a loss term, not a reward (mc_values' advantages are
         # differences of Monte Carlo values, which a per-token reward would not enter)
         kl_in_loss = args.advantage_estimator in ("group", "mc_values")
@@ -624,6 +627,29 @@ class StepPPOTrainer:
         })
         return self._mean_over_ranks(out)
 
+    def _online_verifier_update(self, batch: Rollouts) -> dict[str, float]:
+        """--verifier_online_update: optimiser steps of each implicit PRM on this update's rollouts
+        with steps, labelled by the answer check; gradients averaged over processes."""
+        t = time.time()
+        idx = [i for i, text in enumerate(batch.texts)
+               if (steps := split_steps(text).steps) and all(s.strip() for s in steps)]
+        if not self._all_ranks(bool(idx)):  # every rank steps, or none: the gradient mean is collective
+            return {"verifier/online_paths": 0.0, "time/verifier_update": time.time() - t}
+        questions = [batch.problems[i].question for i in idx]
+        paths = [split_steps(batch.texts[i]).steps for i in idx]
+        labels = [float(stated_and_correct(batch.texts[i], batch.problems[i])) for i in idx]
+        sync = None
+        if self.accelerator.num_processes > 1:
+            def sync(grad):
+                return self.accelerator.reduce(grad, reduction="mean")
+        out: dict[str, float] = {}
+        for k, prm in enumerate(self.online_prms):
+            got = prm.online_update(questions, paths, labels, steps=self.args.verifier_online_steps,
+                                    learning_rate=self.args.verifier_online_learning_rate, grad_sync=sync)
+            out["verifier/online_loss" + (f"_{k}" if k else "")] = got["loss"]
+        out.update({"verifier/online_paths": float(len(idx)), "time/verifier_update": time.time() - t})
+        return out
+
     @torch.no_grad()
     def _policy_fingerprints(self) -> dict[str, str]:
         """A fingerprint of each rank's policy weights, to check the replicas stayed identical."""
@@ -710,6 +736,8 @@ class StepPPOTrainer:
             state = {"update": self.update, "skipped_batches": self.skipped_batches,
                      "kl_coef": float(self.kl_ctl.value), "reward_stats": self.reward_stats.state_dict()}
             (tmp / "trainer_state.json").write_text(json.dumps(state))
+            for k, prm in enumerate(self.online_prms):
+                torch.save(prm.online_state(), tmp / f"implicit_prm_{k}.pt")
             if final.exists():
                 shutil.rmtree(final)
             os.replace(tmp, final)
@@ -732,6 +760,10 @@ class StepPPOTrainer:
         self.skipped_batches = state["skipped_batches"]
         self.kl_ctl.value = state["kl_coef"]
         self.reward_stats.load_state_dict(state["reward_stats"])
+        for k, prm in enumerate(self.online_prms):
+            saved = path / f"implicit_prm_{k}.pt"
+            if saved.exists():  # a checkpoint of a run without the flag has none: the PRM restarts
+                prm.load_online_state(torch.load(saved, map_location=self.accelerator.device))
 
     def train(self, resume_from_checkpoint: str | None = None) -> dict[str, Any]:
         args = self.args
@@ -802,6 +834,9 @@ class StepPPOTrainer:
             critic = self.accelerator.unwrap_model(self.model).critic
             if critic is not None:
                 critic.save_pretrained(str(self.out / "critic"))
+            for k, prm in enumerate(self.online_prms):  # loadable as implicit:OUTPUT_DIR/implicit_prm
+                prm.save_pretrained(str(self.out / ("implicit_prm" if k == 0 else f"implicit_prm_{k}")),
+                                    extra={"online_updates": self.update, "trained_from": prm.path})
             result = {"updates": self.update, "skipped_batches": self.skipped_batches, "reward": args.reward,
                       "reward_shaping": args.reward_shaping, "advantage_estimator": args.advantage_estimator,
                       "processes": self.accelerator.num_processes,
@@ -847,6 +882,18 @@ def response_tensors(tok, response_lists: list[list[int]]) -> tuple[torch.Tensor
         body = ids[:-1] if ids and ids[-1] == tok.eos_token_id else ids
         texts.append(tok.decode(body, skip_special_tokens=True))
     return response_ids, response_mask, texts
+
+
+def online_prms(config: StepPPOConfig, verifier) -> list:
+    """The implicit PRMs that --verifier_online_update trains ([] without the flag)."""
+    if not config.verifier_online_update:
+        return []
+    from reward_models.implicit_prm import find_implicit
+
+    found = find_implicit(verifier)
+    if not found:
+        raise ValueError("--verifier_online_update needs an implicit PRM verifier (--verifier implicit:PATH)")
+    return found
 
 
 def scheduler_steps(config: StepPPOConfig, num_processes: int) -> int:

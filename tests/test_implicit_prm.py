@@ -209,6 +209,59 @@ def test_online_update_moves_the_prm_and_never_the_reference(models):
     assert any(x != 0.0 for r in prm.step_rewards([rows[0]["prompt"]], [rows[0]["completions"]]) for x in r)
 
 
+def test_ppo_online_update_flag(models, tmp_path):
+    """--verifier_online_update needs an implicit verifier (ConfigError otherwise); with one, each
+    update trains it on the rollouts, logs the seconds, and the run saves the updated PRM."""
+    from rl.ppo_config import ConfigError, StepPPOConfig, parse_config
+    from rl.ppo_setup import load_policy, load_problems
+    from rl.ppo_trainer import StepPPOTrainer
+
+    root, *_ = models
+    with pytest.raises(ConfigError, match="--verifier_online_update trains an implicit PRM"):
+        parse_config(["--verifier_online_update", "true", "--verifier", "exact"])
+    prm_dir = tmp_path / "prm"
+    load_for_training(str(root / "policy"), beta=0.1).save_pretrained(str(prm_dir))
+    with pytest.raises(ConfigError, match="verifier reward"):
+        parse_config(["--verifier_online_update", "true", "--verifier", f"implicit:{prm_dir}", "--reward", "gold"])
+    args = parse_config(["--verifier_online_update", "true", "--verifier", f"product:implicit:{prm_dir},exact"])
+    assert args.verifier_online_update
+    args = StepPPOConfig(output_dir=str(tmp_path / "run"), policy=str(root / "policy"), verifier=f"implicit:{prm_dir}",
+                         build_missing=False, n_prompts=4, prompts_per_update=2, samples_per_prompt=2,
+                         max_new_tokens=24, num_mini_batches=2, report_to="none", disable_tqdm=True,
+                         num_updates=1, n_probe=0, save_steps=0, verifier_online_update=True,
+                         verifier_online_learning_rate=1e-3)
+    from reward_models.load import load_verifier
+
+    verifier = load_verifier(args.verifier)
+    before = {k: v.clone() for k, v in verifier.model.state_dict().items()}
+    train, _ = load_problems("world", args.n_prompts, args, "train")
+    policy, tok = load_policy(args)
+    trainer = StepPPOTrainer(args, policy, tok, None, verifier, train, [])
+    trainer.generate = lambda update: _rollouts_with_steps(trainer, tok, train[:2])
+    trainer.train()
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert metrics[-1]["time/verifier_update"] > 0 and metrics[-1]["verifier/online_paths"] == 4
+    assert any(not torch.equal(v, verifier.model.state_dict()[k]) for k, v in before.items())
+    saved = load_verifier(f"implicit:{tmp_path / 'run' / 'implicit_prm'}")
+    assert all(torch.equal(v, saved.model.state_dict()[k].to(v.dtype)) for k, v in verifier.model.state_dict().items())
+    with pytest.raises(ValueError, match="needs an implicit PRM verifier"):
+        StepPPOTrainer(args, policy, tok, None, None, train, [])
+
+
+
+def _rollouts_with_steps(trainer, tok, problems):
+    """Two samples per problem: the gold solution and a corrupted one."""
+    from test_ppo import rollouts_from_texts
+
+    rng = random.Random(0)
+    texts, probs = [], []
+    for p in problems:
+        bad, _, _ = corrupt_steps(p, rng)
+        texts += [join_steps(p.meta["steps"]), join_steps(bad)]
+        probs += [p, p]
+    return rollouts_from_texts(trainer, tok, probs, texts)[0]
+
+
 def test_outcome_annotation_feeds_the_implicit_prm(models, tmp_path):
     """`annotate --method outcome` samples paths with no rollout and labels every step with the
     path's answer check; its rows train the implicit PRM as they are."""
