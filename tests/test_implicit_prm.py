@@ -244,6 +244,12 @@ def test_ppo_online_update_flag(models, tmp_path):
     assert any(not torch.equal(v, verifier.model.state_dict()[k]) for k, v in before.items())
     saved = load_verifier(f"implicit:{tmp_path / 'run' / 'implicit_prm'}")
     assert all(torch.equal(v, saved.model.state_dict()[k].to(v.dtype)) for k, v in verifier.model.state_dict().items())
+    # a resumed run continues from the checkpoint's PRM (weights and optimiser), not the spec's
+    fresh = load_verifier(args.verifier)
+    resumed = StepPPOTrainer(args, load_policy(args)[0], tok, None, fresh, train, [])
+    resumed.load_checkpoint(tmp_path / "run" / "checkpoint-1")
+    assert all(torch.equal(v, fresh.model.state_dict()[k]) for k, v in verifier.model.state_dict().items())
+    assert fresh.optimizer is not None and fresh.optimizer.state_dict()["state"]
     with pytest.raises(ValueError, match="needs an implicit PRM verifier"):
         StepPPOTrainer(args, policy, tok, None, None, train, [])
 
