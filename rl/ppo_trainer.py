@@ -9,7 +9,8 @@ One update:
 2. the verifier scores every step of every response in one batched pass; rewards go on the token
    that ends each step (`step`), on the last token only (`outcome`: the verifier's score of the
    whole path, `gold`: answer correctness), or both (`step+gold`); truncated responses and
-   responses without an answer get a penalty at their last token;
+   responses without an answer get a penalty at their last token; with `--verifier_online_update`
+   an implicit PRM verifier then learns from these rollouts' answer checks (PRIME);
 3. old log-probabilities, reference log-probabilities (the base with adapters disabled under
    LoRA) and values are computed; a per-token KL penalty joins the rewards;
 4. GAE (or a leave-one-out baseline, group-normalised step rewards, or Monte Carlo values of the
