@@ -223,12 +223,13 @@ def test_ppo_online_update_flag(models, tmp_path):
     load_for_training(str(root / "policy"), beta=0.1).save_pretrained(str(prm_dir))
     with pytest.raises(ConfigError, match="verifier reward"):
         parse_config(["--verifier_online_update", "true", "--verifier", f"implicit:{prm_dir}", "--reward", "gold"])
-    args = parse_config(["--verifier_online_update", "true", "--verifier", f"product:implicit:{prm_dir},exact"])
+    args = parse_config(["--verifier_online_update", "true", "--verifier", f"product:implicit:{prm_dir},exact",
+                         "--reward", "step+gold"])
     assert args.verifier_online_update
     args = StepPPOConfig(output_dir=str(tmp_path / "run"), policy=str(root / "policy"), verifier=f"implicit:{prm_dir}",
                          build_missing=False, n_prompts=4, prompts_per_update=2, samples_per_prompt=2,
                          max_new_tokens=24, num_mini_batches=2, report_to="none", disable_tqdm=True,
-                         num_updates=1, n_probe=0, save_steps=0, verifier_online_update=True,
+                         num_updates=1, n_probe=0, save_steps=0, reward="outcome", verifier_online_update=True,
                          verifier_online_learning_rate=1e-3)
     from reward_models.load import load_verifier
 
