@@ -79,16 +79,22 @@ def check_implicit_dir(path: str) -> dict[str, Any]:
         raise ValueError(f"implicit:{path}: {CONFIG_NAME} is not valid JSON ({err.msg}, line {err.lineno})") from None
     if not isinstance(cfg, dict) or not isinstance(cfg.get("beta"), (int, float)) or not cfg.get("reference"):
         raise ValueError(f"implicit:{path}: {CONFIG_NAME} needs a number 'beta' and a 'reference' path")
+    from reward_models.load import check_model_path
+
     ref = resolve_reference(path, cfg["reference"])
-    if not (Path(ref) / "config.json").is_file():
-        raise ValueError(f"implicit:{path}: its reference {ref} is not a saved model (no config.json); "
-                         f"put the policy back there or fix 'reference' in {cfg_path}")
+    try:
+        check_model_path("reference", ref)  # a saved model's folder, or a Hub id
+    except ValueError:
+        raise ValueError(f"implicit:{path}: its reference {ref} is missing or not a saved model; "
+                         f"put the policy back there or fix 'reference' in {cfg_path}") from None
     return cfg
 
 
 def resolve_reference(path: str, reference: str) -> str:
-    """The reference's path: absolute as saved, or relative to the PRM folder."""
-    return reference if Path(reference).is_absolute() else str(Path(path) / reference)
+    """The reference: a path relative to the PRM folder when one is there, else as saved (an
+    absolute path, or a Hub id)."""
+    inside = Path(path) / reference
+    return str(inside) if not Path(reference).is_absolute() and inside.exists() else reference
 
 
 # ---------------------------------------------------------------------------------------------

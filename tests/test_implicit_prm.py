@@ -169,8 +169,10 @@ def test_spec_errors_are_one_line(models, tmp_path):
     moved = tmp_path / "prm"
     moved.mkdir()
     (moved / "implicit_prm.json").write_text(json.dumps({"beta": 0.05, "reference": str(tmp_path / "gone")}))
-    with pytest.raises(ValueError, match="its reference .*gone is not a saved model"):
+    with pytest.raises(ValueError, match="its reference .*gone is missing or not a saved model"):
         check_spec(f"implicit:{moved}")
+    (moved / "implicit_prm.json").write_text(json.dumps({"beta": 0.05, "reference": "org/policy"}))
+    check_spec(f"implicit:{moved}")  # a Hub id is checked when it loads
     with pytest.raises(ValueError, match=f"is an implicit PRM: name it implicit:{moved}"):
         (moved / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
         check_spec(str(moved))
