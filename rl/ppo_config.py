@@ -289,23 +289,6 @@ class StepPPOConfig(TrainingArguments):
             raise ValueError(f"--reward_clip must be > 0, got {self.reward_clip}")
         check_online_update(self)
 
-
-def check_online_update(config: StepPPOConfig) -> None:
-    """ValueError unless --verifier_online_update has an implicit PRM to train (an `implicit:` verifier,
-    alone or a part of a combination, read by a verifier reward)."""
-    if not config.verifier_online_update:
-        return
-    from reward_models.load import spec_parts, split_spec
-
-    if config.reward == "gold" or not any(split_spec(p)[0] == "implicit" for p in spec_parts(config.verifier)):
-        raise ValueError(f"--verifier_online_update trains an implicit PRM: it needs --verifier implicit:PATH and a "
-                         f"verifier reward; got --verifier {config.verifier} --reward {config.reward}")
-    if config.verifier_online_steps < 1:
-        raise ValueError(f"--verifier_online_steps must be >= 1, got {config.verifier_online_steps}")
-    if not config.verifier_online_learning_rate > 0:
-        raise ValueError(f"--verifier_online_learning_rate must be > 0, got {config.verifier_online_learning_rate}")
-
-
     def _check_mc_values(self) -> None:
         """Settings that --advantage_estimator mc_values cannot use (its values are mean answer-check
         rewards of sampled continuations, graded as the gold reward grades a response)."""
@@ -323,6 +306,22 @@ def check_online_update(config: StepPPOConfig) -> None:
         if self.rollout_backend != "hf":
             raise ValueError("--advantage_estimator mc_values samples its continuations with --rollout_backend hf "
                              f"only, got {self.rollout_backend!r}")
+
+
+def check_online_update(config: StepPPOConfig) -> None:
+    """ValueError unless --verifier_online_update has an implicit PRM to train (an `implicit:` verifier,
+    alone or a part of a combination, read by a verifier reward)."""
+    if not config.verifier_online_update:
+        return
+    from reward_models.load import spec_parts, split_spec
+
+    if config.reward == "gold" or not any(split_spec(p)[0] == "implicit" for p in spec_parts(config.verifier)):
+        raise ValueError(f"--verifier_online_update trains an implicit PRM: it needs --verifier implicit:PATH and a "
+                         f"verifier reward; got --verifier {config.verifier} --reward {config.reward}")
+    if config.verifier_online_steps < 1:
+        raise ValueError(f"--verifier_online_steps must be >= 1, got {config.verifier_online_steps}")
+    if not config.verifier_online_learning_rate > 0:
+        raise ValueError(f"--verifier_online_learning_rate must be > 0, got {config.verifier_online_learning_rate}")
 
 
 _SIMPLE_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
