@@ -25,6 +25,8 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
+from reasoning.braces import matching_braces
+
 __all__ = [
     "choice_letter",
     "extract_answer",
@@ -78,31 +80,6 @@ _CHOICE_PATTERNS = (
 )
 _CHOICE_PAREN_RE = re.compile(r"\(([A-E])\)")
 _CHOICE_STANDALONE_RE = re.compile(r"(?<![A-Za-z0-9_\\])([A-E])(?![A-Za-z0-9_'])")
-
-
-# ----------------------------------------------------------------------------------------------
-# brace matching
-
-
-def matching_braces(text: str) -> dict[int, int]:
-    """Map the index of every balanced `{` to the index of its `}` (escaped `\\{`, `\\}` skipped).
-
-    One pass with a stack, so finding every `\\boxed{...}` of a long text stays linear.
-    """
-    match: dict[int, int] = {}
-    stack: list[int] = []
-    escaped = False
-    for i, ch in enumerate(text):
-        if escaped:
-            escaped = False
-            continue
-        if ch == "\\":
-            escaped = True
-        elif ch == "{":
-            stack.append(i)
-        elif ch == "}" and stack:
-            match[stack.pop()] = i
-    return match
 
 
 def find_boxed(text: str) -> str | None:
