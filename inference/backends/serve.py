@@ -626,6 +626,9 @@ def parse_args(argv: list[str] | None = None) -> ServeArguments:
     (args,) = HfArgumentParser((ServeArguments,)).parse_args_into_dataclasses(args=argv)
     if not args.model:
         raise ValueError("--model is required")
+    from inference.backends.model_files import check_model_path
+
+    check_model_path("--model", args.model)  # a typo or a broken folder, said before anything loads
     for name in ("max_prompts_per_request", "max_n", "max_queued_requests", "max_body_bytes", "backlog"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")

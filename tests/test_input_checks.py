@@ -1,0 +1,110 @@
+"""Bad inputs said in one line, exit 2, before any model loads: broken model folders, misspelt
+verifier paths, unwritable output folders, empty and oversized questions; one line per command."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tiny_world_policy import save_tiny_world_policy
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory) -> Path:
+    return save_tiny_world_policy(tmp_path_factory.mktemp("input_checks") / "policy")
+
+
+def _copy(policy: Path, tmp_path: Path, name: str) -> Path:
+    target = tmp_path / name
+    shutil.copytree(policy, target)
+    return target
+
+
+def _truncated(policy, tmp_path):
+    broken = _copy(policy, tmp_path, "truncated")
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    return broken, "model.safetensors: truncated"
+
+
+def _no_tokenizer(policy, tmp_path):
+    broken = _copy(policy, tmp_path, "no_tokenizer")
+    for f in broken.glob("tokenizer*"):
+        f.unlink()
+    return broken, "no tokenizer files"
+
+
+def _evaluate(argv):
+    from inference import evaluate
+
+    return evaluate.main(argv)
+
+
+def _ppo(argv):
+    from rl import ppo_step
+
+    return ppo_step.main(argv)
+
+
+def _serve(argv):
+    from inference.backends import serve
+
+    return serve.main(argv)
+
+
+def _commands(model: Path, good: Path, tmp_path: Path) -> dict[str, tuple]:
+    """Each command that loads `model`, as a policy or as a verifier."""
+    out = str(tmp_path / "out")
+    world = ["--dataset", "world", "--limit", "2", "--out", out]
+    ppo = ["--reward", "gold", "--build_missing", "false", "--output_dir", out]
+    return {
+        "evaluate": (_evaluate, ["--method", "greedy", "--policy", str(model), *world]),
+        "evaluate_verifier": (_evaluate, ["--method", "best_of_n", "--policy", str(good),
+                                          "--verifier", f"step-likelihood:{model}", *world]),
+        "ppo": (_ppo, ["--policy", str(model), *ppo]),
+        "ppo_verifier": (_ppo, ["--policy", str(good), "--reward", "step", "--build_missing", "false",
+                                "--verifier", f"step-likelihood:{model}", "--output_dir", out]),
+        "serve": (_serve, ["--model", str(model)]),
+    }
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "Traceback" not in err[0], err
+    return err[0]
+
+
+@pytest.mark.parametrize("damage", [_truncated, _no_tokenizer], ids=["truncated_weights", "no_tokenizer"])
+@pytest.mark.parametrize("command", ["evaluate", "evaluate_verifier", "ppo", "ppo_verifier", "serve"])
+def test_a_broken_model_folder_is_named_in_one_line(policy, tmp_path, capsys, damage, command):
+    broken, what = damage(policy, tmp_path)
+    run, argv = _commands(broken, policy, tmp_path)[command]
+    capsys.readouterr()
+    assert run(argv) == 2
+    line = _one_line_error(capsys)
+    assert str(broken) in line and what in line
+    assert not (tmp_path / "out").exists()  # refused before anything ran
+
+
+def test_a_truncated_safetensors_header_or_shard_index_is_named(policy, tmp_path):
+    from inference.backends.model_files import ModelFilesError, check_model_folder
+
+    cut = _copy(policy, tmp_path, "cut")
+    (cut / "model.safetensors").write_bytes(b"\x10\x00")
+    with pytest.raises(ModelFilesError, match="not even a header"):
+        check_model_folder("--policy", cut)
+    sharded = _copy(policy, tmp_path, "sharded")
+    (sharded / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"w": "model-00002.safetensors"}}))
+    with pytest.raises(ModelFilesError, match="model-00002.safetensors, a shard that"):
+        check_model_folder("--policy", sharded)
+    check_model_folder("--policy", policy)  # the whole folder passes
+
+
+@pytest.mark.parametrize("command", ["evaluate_verifier", "ppo_verifier"])
+def test_a_misspelt_verifier_path_is_named_not_taken_for_a_hub_id(policy, tmp_path, capsys, command):
+    run, argv = _commands(Path("/nonexistent"), policy, tmp_path)[command]
+    capsys.readouterr()
+    assert run(argv) == 2
+    line = _one_line_error(capsys)
+    assert "step-likelihood: /nonexistent: no such model directory" in line and "repo" not in line.lower()
