@@ -2,6 +2,7 @@
 verifier paths, unwritable output folders, empty and oversized questions; one line per command."""
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -108,3 +109,42 @@ def test_a_misspelt_verifier_path_is_named_not_taken_for_a_hub_id(policy, tmp_pa
     assert run(argv) == 2
     line = _one_line_error(capsys)
     assert "step-likelihood: /nonexistent: no such model directory" in line and "repo" not in line.lower()
+
+
+def _unwritable_folders(tmp_path: Path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    yield a_file / "run", "is a file"
+    if os.geteuid() != 0:  # root writes anywhere: the permission case only tells as another user
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        locked.chmod(0o500)
+        yield locked / "run", "cannot write in"
+        yield locked, "cannot write in"
+
+
+def test_an_output_dir_that_cannot_be_written_is_refused_before_any_model_loads(policy, tmp_path, capsys,
+                                                                               monkeypatch):
+    from rl import ppo_setup
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(ppo_setup, "load_policy", no_loading)
+    for out, what in _unwritable_folders(tmp_path):
+        capsys.readouterr()
+        assert _ppo(["--policy", str(policy), "--reward", "gold", "--build_missing", "false",
+                     "--output_dir", str(out)]) == 2
+        line = _one_line_error(capsys)
+        assert f"--output_dir {out}" in line and what in line
+
+
+def test_check_run_dir_leaves_no_probe_behind(tmp_path):
+    from rl.ppo_config import StepPPOConfig
+    from rl.run_dir import check_run_dir
+
+    out = tmp_path / "run"
+    out.mkdir()
+    assert check_run_dir(StepPPOConfig(output_dir=str(out))) == "new"
+    assert check_run_dir(StepPPOConfig(output_dir=str(tmp_path / "not" / "yet"))) == "new"
+    assert not any(out.iterdir()) and sorted(p.name for p in tmp_path.iterdir()) == ["run"]
