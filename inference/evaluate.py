@@ -85,6 +85,7 @@ from inference.methods import METHODS
 from inference.methods.base import MethodOutput, Tracker, blind
 from reasoning.benchmarks import DatasetError, load_benchmark, read_appended_jsonl
 from reasoning.grading import is_correct
+from reasoning.questions import QuestionError, check_questions
 from reasoning.types import Problem
 
 __all__ = [
@@ -635,6 +636,10 @@ def evaluate(
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise EvaluationError(f"problem ids are not unique (e.g. {dup!r})")
+    try:
+        check_questions(problems, f"--dataset {(run_info or {}).get('dataset') or 'problems'}")
+    except QuestionError as err:
+        raise EvaluationError(str(err)) from None
     if verifier_is_reference is None:
         verifier_is_reference = _is_reference(verifier)
     name = method_name(module)

@@ -93,7 +93,7 @@ def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
 class StepPPOTrainer:
     def __init__(self, config: StepPPOConfig, policy, tokenizer, critic, verifier, train_problems: list[Problem],
                  eval_problems: list[Problem] | None = None, ref_policy=None,
-                 probe_problems: list[Problem] | None = None):
+                 probe_problems: list[Problem] | None = None, prompt_too_long: dict[str, int] | None = None):
         from accelerate import Accelerator
         from accelerate.utils import set_seed
 
@@ -122,6 +122,9 @@ class StepPPOTrainer:
         self.train_problems = list(train_problems)
         self.eval_problems = list(eval_problems or [])
         self.probe_problems = list(probe_problems or [])
+        self.prompt_too_long = dict(prompt_too_long or {})
+        """Problems of each prompt set left out before the run because their prompt does not fit the
+        context (`rl.ppo_setup.check_prompt_sets`); reported in eval.json."""
         self.probe_wrong_at_start: list[str] | None = None
         self.is_peft = hasattr(policy, "disable_adapter")
         if ref_policy is None and not self.is_peft:
@@ -842,7 +845,8 @@ class StepPPOTrainer:
                       "reward_shaping": args.reward_shaping, "advantage_estimator": args.advantage_estimator,
                       "processes": self.accelerator.num_processes,
                       "responses_per_update": args.prompts_per_update * args.samples_per_prompt
-                      * self.accelerator.num_processes, "train_seconds": round(time.time() - start, 1)}
+                      * self.accelerator.num_processes, "train_seconds": round(time.time() - start, 1),
+                      "prompt_too_long": self.prompt_too_long}
             if before is not None:
                 after = self.greedy_eval()
                 _write_jsonl(self.out / "eval_after_rows.jsonl", after["rows"])
