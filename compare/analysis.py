@@ -102,3 +102,14 @@ def effects(cfg: CompareConfig, results: dict[str, dict[str, list[dict]]]) -> di
         row = {m: diff((a, m), (b, m)) for m in cfg.eval.methods}
         by_method[f"{b} vs {a}"] = {m: d for m, d in row.items() if d}
     return {"headline": headline, "by_method": by_method}
+
+
+def recorded_seconds(artefacts: dict[str, dict[str, Any]], table: dict[str, dict[str, dict[str, Any]]]) -> float:
+    """The seconds the comparison's results took to make, whichever invocation made them: each
+    artefact's build time (a PPO run's own train_seconds, every resumed segment included) and each
+    cell's wall time (its chunks' times, over every run that wrote them). A resumed comparison's
+    own wall time counts only what was left to do."""
+    built = sum(a.get("seconds") or 0.0 for a in artefacts.values())
+    evaluated = sum(c.get("wall_seconds") or 0.0 for cells in table.values() for c in cells.values())
+    return round(built + evaluated, 1)
+

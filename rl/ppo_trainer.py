@@ -26,6 +26,7 @@ import json
 import os
 import random
 import shutil
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -165,6 +166,8 @@ class StepPPOTrainer:
             self.kl_ctl = M.FixedKLController(config.kl_coef)
         self.reward_stats = RunningMeanStd()
         self.update = 0
+        self.segment_start, self.seconds_before = time.time(), 0.0
+        """When this process's segment of the run began; the seconds of the segments before it."""
         self.skipped_batches = 0
         self.out = Path(config.output_dir)
         self.vllm_engine = None
@@ -738,7 +741,8 @@ class StepPPOTrainer:
         self.accelerator.save_state(str(tmp))
         if self.accelerator.is_main_process:
             state = {"update": self.update, "skipped_batches": self.skipped_batches,
-                     "kl_coef": float(self.kl_ctl.value), "reward_stats": self.reward_stats.state_dict()}
+                     "kl_coef": float(self.kl_ctl.value), "reward_stats": self.reward_stats.state_dict(),
+                     "train_seconds": self.train_seconds()}
             (tmp / "trainer_state.json").write_text(json.dumps(state))
             for k, prm in enumerate(self.online_prms):
                 torch.save(prm.online_state(), tmp / f"implicit_prm_{k}.pt")
@@ -768,10 +772,16 @@ class StepPPOTrainer:
             saved = path / f"implicit_prm_{k}.pt"
             if saved.exists():  # a checkpoint of a run without the flag has none: the PRM restarts
                 prm.load_online_state(torch.load(saved, map_location=self.accelerator.device))
+        # the seconds of the segments before this one (a checkpoint from before they were stored: none)
+        self.seconds_before = float(state.get("train_seconds", 0.0))
+
+    def train_seconds(self) -> float:
+        """Seconds the run has trained, every resumed segment included."""
+        return self.seconds_before + (time.time() - self.segment_start)
 
     def train(self, resume_from_checkpoint: str | None = None) -> dict[str, Any]:
         args = self.args
-        start = time.time()
+        self.segment_start, self.seconds_before = time.time(), 0.0
         metrics_path = self.out / "metrics.jsonl"
         before_path = self.out / "eval_before_rows.jsonl"
         if self.accelerator.is_main_process:  # refuses to mix runs in one folder; stores run_config.json
@@ -782,6 +792,8 @@ class StepPPOTrainer:
             self.load_checkpoint(ckpt)
             if self.accelerator.is_main_process:
                 _truncate_metrics(metrics_path, self.update)
+                print(f"[ppo_step] resuming from {ckpt} (update {self.update} of {args.num_updates}, "
+                      f"{self.seconds_before:.1f}s trained before)", file=sys.stderr, flush=True)
         elif self.accelerator.is_main_process and metrics_path.exists():
             metrics_path.unlink()
         if self.accelerator.is_main_process:
@@ -815,7 +827,7 @@ class StepPPOTrainer:
             metrics["update"] = self.update
             if probing and (self.update % args.probe_every == 0 or self.update == args.num_updates):
                 metrics.update(self.probe())
-            metrics["elapsed"] = time.time() - start
+            metrics["elapsed"] = self.train_seconds()
             if self.accelerator.is_main_process:
                 with metrics_path.open("a") as fh:
                     fh.write(json.dumps(metrics) + "\n")
@@ -845,7 +857,7 @@ class StepPPOTrainer:
                       "reward_shaping": args.reward_shaping, "advantage_estimator": args.advantage_estimator,
                       "processes": self.accelerator.num_processes,
                       "responses_per_update": args.prompts_per_update * args.samples_per_prompt
-                      * self.accelerator.num_processes, "train_seconds": round(time.time() - start, 1),
+                      * self.accelerator.num_processes, "train_seconds": round(self.train_seconds(), 1),
                       "prompt_too_long": self.prompt_too_long}
             if before is not None:
                 after = self.greedy_eval()

@@ -160,6 +160,24 @@ def test_report_and_plot_render_from_given_rows(tmp_path):
     assert (tmp_path / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_resumed_comparison_reports_the_time_its_results_took_not_only_its_own(tmp_path):
+    """Resumed with every artefact and cell done, a comparison runs for a second; its report used to
+    say "Total wall time 1 s" of results that took minutes."""
+    cfg = config.load_config(None, sets=["policies=[sft]", "eval.methods={greedy: {}}",
+                                         "eval.threshold_dev_problems=null"])
+    table = {"sft": {"greedy": _cell(0.5, 40)}}
+    artefacts = {"sft": {"status": "cached", "spec": "outputs/sft", "dir": "d", "seconds": 480.0, "info": {}},
+                 "ppo": {"status": "cached", "spec": "outputs/ppo", "dir": "e", "seconds": 5.3, "info": {}}}
+    assert analysis.recorded_seconds(artefacts, table) == 486.3
+    summary = {"n_problems": 2, "problems_fingerprint": "f", "verifier": "psv", "total_wall_seconds": 1.0,
+               "stage_seconds": {"report": 1.0}, "artefacts": artefacts, "table": table,
+               "effects": analysis.effects(cfg, {"sft": {"greedy": [{"id": "a", "correct": True}]}}),
+               "answer_changes": {}, "curves": {}, "token_sources": {}, "command": "python scripts/compare.py"}
+    report.write_report(tmp_path / "report.md", summary, cfg)
+    text = (tmp_path / "report.md").read_text()
+    assert "Wall time of this invocation 1 s" in text and "took 486 s to build and run" in text
+
+
 def test_side_by_side_jobs_get_one_thread_each_whatever_the_parent_has(tmp_path):
     """Jobs run side by side as subprocesses with the OMP_NUM_THREADS they ask for, not the parent's
     (inside the SFT stage the parent holds every core: two 2-thread trainings on 2 cores crawl)."""
