@@ -25,7 +25,7 @@ def cell_record(summary: dict[str, Any]) -> dict[str, Any]:
         "verifier_calls": summary["verifier_calls"], "wall_seconds": summary["wall_seconds"],
         "method_seconds": summary["method_seconds"], "load_seconds": summary["load_seconds"],
         "no_prediction": summary["no_prediction"], "verifier_is_reference": summary.get("verifier_is_reference", False),
-        "verifier": summary.get("verifier"),
+        "verifier": summary.get("verifier"), "prompt_too_long": summary.get("prompt_too_long", 0),
     }
 
 
@@ -112,4 +112,20 @@ def recorded_seconds(artefacts: dict[str, dict[str, Any]], table: dict[str, dict
     built = sum(a.get("seconds") or 0.0 for a in artefacts.values())
     evaluated = sum(c.get("wall_seconds") or 0.0 for cells in table.values() for c in cells.values())
     return round(built + evaluated, 1)
+
+
+def prompts_left_out(artefacts: dict[str, dict[str, Any]], table: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
+    """Where prompts did not fit a model's context (`prompt_too_long`), one phrase each: evaluation
+    cells (those problems count as wrong), PPO runs and the PSV's annotation (left out of them)."""
+    out = [f"{policy_label(policy)} {METHOD_NAMES.get(label, label)}: {c['prompt_too_long']} problems counted wrong"
+           for policy, cells in table.items() for label, c in cells.items() if c.get("prompt_too_long")]
+    for name, a in artefacts.items():
+        info = a.get("info") or {}
+        ppo = info.get("prompt_too_long")
+        if isinstance(ppo, dict) and any(ppo.values()):
+            out.append(f"{name}: " + ", ".join(f"{n} {k} prompts" for k, n in ppo.items() if n) + " left out of PPO")
+        annotation = (info.get("annotation") or {}).get("prompt_too_long")
+        if annotation:
+            out.append(f"{name}: {annotation} problems left out of the annotation")
+    return out
 

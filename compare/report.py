@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from compare.analysis import recorded_seconds
+from compare.analysis import prompts_left_out, recorded_seconds
 from compare.config import METHOD_NAMES, REFERENCE, RESOLVED, CompareConfig, policy_label
 
 
@@ -88,6 +88,10 @@ def write_report(path: Path, s: dict[str, Any], cfg: CompareConfig) -> None:
                      f"{c['tokens_per_problem']:.0f} | {_int(c['llm_calls'])} ({c['llm_calls_per_problem']:.1f}) | "
                      f"{c['method_seconds']:.1f} |")
     L.append("")
+    left_out = prompts_left_out(s["artefacts"], s["table"])
+    if left_out:
+        L.append("**Prompts beyond the model's context** (`prompt_too_long`, never run): " + "; ".join(left_out)
+                 + ".\n")
     eff = s["effects"]
     if eff["headline"]:
         L.append("## Effects (paired on the same problems)\n")

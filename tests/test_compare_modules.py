@@ -176,6 +176,25 @@ def test_a_resumed_comparison_reports_the_time_its_results_took_not_only_its_own
     report.write_report(tmp_path / "report.md", summary, cfg)
     text = (tmp_path / "report.md").read_text()
     assert "Wall time of this invocation 1 s" in text and "took 486 s to build and run" in text
+    assert "Prompts beyond" not in text
+
+
+def test_the_report_counts_prompts_beyond_the_context_in_cells_ppo_and_annotation(tmp_path):
+    cfg = config.load_config(None, sets=["policies=[sft]", "eval.methods={greedy: {}}",
+                                         "eval.threshold_dev_problems=null"])
+    table = {"sft": {"greedy": {**_cell(0.5, 40), "prompt_too_long": 1}}}
+    artefacts = {"ppo": {"status": "built", "spec": "p", "dir": "p", "seconds": 5.0,
+                         "info": {"prompt_too_long": {"train": 2, "eval": 0, "probe": 0}}},
+                 "psv": {"status": "built", "spec": "v", "dir": "v", "seconds": 9.0,
+                         "info": {"annotation": {"prompt_too_long": 3}}}}
+    summary = {"n_problems": 2, "problems_fingerprint": "f", "verifier": "psv", "total_wall_seconds": 1.0,
+               "stage_seconds": {"report": 1.0}, "artefacts": artefacts, "table": table,
+               "effects": analysis.effects(cfg, {"sft": {"greedy": [{"id": "a", "correct": True}]}}),
+               "answer_changes": {}, "curves": {}, "token_sources": {}, "command": "python scripts/compare.py"}
+    report.write_report(tmp_path / "report.md", summary, cfg)
+    text = (tmp_path / "report.md").read_text()
+    assert ("**Prompts beyond the model's context** (`prompt_too_long`, never run): SFT greedy: 1 problems counted "
+            "wrong; ppo: 2 train prompts left out of PPO; psv: 3 problems left out of the annotation.") in text
 
 
 def test_side_by_side_jobs_get_one_thread_each_whatever_the_parent_has(tmp_path):
