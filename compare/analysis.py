@@ -25,7 +25,7 @@ def cell_record(summary: dict[str, Any]) -> dict[str, Any]:
         "verifier_calls": summary["verifier_calls"], "wall_seconds": summary["wall_seconds"],
         "method_seconds": summary["method_seconds"], "load_seconds": summary["load_seconds"],
         "no_prediction": summary["no_prediction"], "verifier_is_reference": summary.get("verifier_is_reference", False),
-        "verifier": summary.get("verifier"),
+        "verifier": summary.get("verifier"), "prompt_too_long": summary.get("prompt_too_long", 0),
     }
 
 
@@ -102,3 +102,30 @@ def effects(cfg: CompareConfig, results: dict[str, dict[str, list[dict]]]) -> di
         row = {m: diff((a, m), (b, m)) for m in cfg.eval.methods}
         by_method[f"{b} vs {a}"] = {m: d for m, d in row.items() if d}
     return {"headline": headline, "by_method": by_method}
+
+
+def recorded_seconds(artefacts: dict[str, dict[str, Any]], table: dict[str, dict[str, dict[str, Any]]]) -> float:
+    """The seconds the comparison's results took to make, whichever invocation made them: each
+    artefact's build time (a PPO run's own train_seconds, every resumed segment included) and each
+    cell's wall time (its chunks' times, over every run that wrote them). A resumed comparison's
+    own wall time counts only what was left to do."""
+    built = sum(a.get("seconds") or 0.0 for a in artefacts.values())
+    evaluated = sum(c.get("wall_seconds") or 0.0 for cells in table.values() for c in cells.values())
+    return round(built + evaluated, 1)
+
+
+def prompts_left_out(artefacts: dict[str, dict[str, Any]], table: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
+    """Where prompts did not fit a model's context (`prompt_too_long`), one phrase each: evaluation
+    cells (those problems count as wrong), PPO runs and the PSV's annotation (left out of them)."""
+    out = [f"{policy_label(policy)} {METHOD_NAMES.get(label, label)}: {c['prompt_too_long']} problems counted wrong"
+           for policy, cells in table.items() for label, c in cells.items() if c.get("prompt_too_long")]
+    for name, a in artefacts.items():
+        info = a.get("info") or {}
+        ppo = info.get("prompt_too_long")
+        if isinstance(ppo, dict) and any(ppo.values()):
+            out.append(f"{name}: " + ", ".join(f"{n} {k} prompts" for k, n in ppo.items() if n) + " left out of PPO")
+        annotation = (info.get("annotation") or {}).get("prompt_too_long")
+        if annotation:
+            out.append(f"{name}: {annotation} problems left out of the annotation")
+    return out
+

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from compare.analysis import answer_changes, cell_record, effects
+from compare.analysis import answer_changes, cell_record, effects, recorded_seconds
 from compare.cache import CODE, artefacts, code_digest, methods_verifier_spec
 from compare.calibration import calibrate_stepco_threshold
 from compare.config import (
@@ -167,6 +167,7 @@ def run(cfg: CompareConfig, out: Path, command: str = "") -> dict[str, Any]:
         "stage_seconds": {"sft_psv_and_calibration": round(train_seconds, 1), "ppo_and_evaluation": round(jobs_seconds, 1),
                           "report": round(report_seconds, 1)},
         "total_wall_seconds": 0.0,
+        "recorded_seconds": recorded_seconds(artefact_info, table),
         "command": command, "config": plain(cfg),
     }
     plot(out / "accuracy_vs_tokens.png", cfg, curves, table)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from compare.analysis import prompts_left_out, recorded_seconds
 from compare.config import METHOD_NAMES, REFERENCE, RESOLVED, CompareConfig, policy_label
 
 
@@ -29,11 +30,14 @@ def verifier_name(cfg: CompareConfig) -> str:
 def write_report(path: Path, s: dict[str, Any], cfg: CompareConfig) -> None:
     ev = cfg.eval
     L: list[str] = []
+    recorded = recorded_seconds(s["artefacts"], s["table"])
     L.append("# Step-PPO × verify-then-revise: policies × inference methods\n")
     L.append(f"Dataset **{ev.dataset}**, **{s['n_problems']} problems** (fingerprint `{s['problems_fingerprint']}`), "
-             f"backend `{ev.backend}`, verifier `{s['verifier']}`. Total wall time of this run "
+             f"backend `{ev.backend}`, verifier `{s['verifier']}`. Wall time of this invocation "
              f"{s['total_wall_seconds']:.0f} s (" + ", ".join(f"{k.replace('_', ' ')} {v:.0f} s"
-                                                         for k, v in s["stage_seconds"].items()) + ").\n")
+                                                         for k, v in s["stage_seconds"].items()) + "); "
+             f"the artefacts and cells below took {recorded:.0f} s to build and run, resumed and earlier "
+             "invocations included.\n")
     L.append("**Budgets.** Every cell answers the same problems with the same seeds (method seed "
              f"{ev.seed}; chunk c of {ev.chunk_size} problems runs with a seed derived from (seed, c)). Tokens count "
              "generator prompt and completion tokens *and* verifier tokens (what the verifier read), per problem. "
@@ -84,6 +88,10 @@ def write_report(path: Path, s: dict[str, Any], cfg: CompareConfig) -> None:
                      f"{c['tokens_per_problem']:.0f} | {_int(c['llm_calls'])} ({c['llm_calls_per_problem']:.1f}) | "
                      f"{c['method_seconds']:.1f} |")
     L.append("")
+    left_out = prompts_left_out(s["artefacts"], s["table"])
+    if left_out:
+        L.append("**Prompts beyond the model's context** (`prompt_too_long`, never run): " + "; ".join(left_out)
+                 + ".\n")
     eff = s["effects"]
     if eff["headline"]:
         L.append("## Effects (paired on the same problems)\n")

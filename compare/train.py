@@ -103,7 +103,8 @@ def build_psv(cfg: CompareConfig, art: Artefact, policy: str) -> None:
     except TypeError as e:
         raise CompareError(f"psv.train: {e}") from None
     write_marker(art, time.time() - start, {"paths": len(rows), "annotation": {
-        k: summary.get(k) for k in ("problems", "rows", "steps", "mean_label", "seconds") if k in summary}})
+        k: summary.get(k) for k in ("problems", "rows", "steps", "mean_label", "seconds", "prompt_too_long")
+        if k in summary}})
     log(f"psv: ready in {time.time() - start:.0f}s")
 
 
@@ -127,7 +128,7 @@ def finish_ppo(art: Artefact) -> None:
     try:
         ev = json.loads((art.dir / "eval.json").read_text())
         extra = {k: ev.get(k) for k in ("updates", "responses_per_update", "train_seconds", "greedy_accuracy_before",
-                                         "greedy_accuracy_after") if k in ev}
+                                         "greedy_accuracy_after", "prompt_too_long") if k in ev}
     except (OSError, json.JSONDecodeError):
         pass
     if not (Path(art.spec) / "config.json").exists():

@@ -85,6 +85,7 @@ from inference.methods import METHODS
 from inference.methods.base import MethodOutput, Tracker, blind
 from reasoning.benchmarks import DatasetError, load_benchmark, read_appended_jsonl
 from reasoning.grading import is_correct
+from reasoning.questions import QuestionError, check_questions
 from reasoning.types import Problem
 
 __all__ = [
@@ -635,6 +636,10 @@ def evaluate(
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise EvaluationError(f"problem ids are not unique (e.g. {dup!r})")
+    try:
+        check_questions(problems, f"--dataset {(run_info or {}).get('dataset') or 'problems'}")
+    except QuestionError as err:
+        raise EvaluationError(str(err)) from None
     if verifier_is_reference is None:
         verifier_is_reference = _is_reference(verifier)
     name = method_name(module)
@@ -838,6 +843,13 @@ def run_from_args(args: EvalArguments, module: types.ModuleType, config: Any) ->
     """Load the data, the (lazy) generator and verifier of the CLI settings, and evaluate."""
     if args.backend == "hf" and not Path(args.policy).is_dir():
         raise EvaluationError(f"--policy {args.policy}: no such directory (the hf backend loads a save_pretrained folder)")
+    if args.backend == "hf":
+        from inference.backends.model_files import ModelFilesError, check_model_folder
+
+        try:
+            check_model_folder("--policy", args.policy)
+        except ModelFilesError as err:
+            raise EvaluationError(str(err)) from None
     backend_kwargs = args.backend_kwargs()
     if args.backend == "openai":
         check_server(args.policy, backend_kwargs)
@@ -849,7 +861,7 @@ def run_from_args(args: EvalArguments, module: types.ModuleType, config: Any) ->
                                               device=args.device, **options), "generator")
     verifier = None
     if args.verifier:
-        from reward_models.load import BUILTIN, load_verifier, needs_policy
+        from reward_models.load import BUILTIN, check_spec, load_verifier, needs_policy
 
         spec = args.verifier
         if spec == "exact" and not world_rows:
@@ -867,6 +879,10 @@ def run_from_args(args: EvalArguments, module: types.ModuleType, config: Any) ->
             if spec not in BUILTIN and ":" not in spec and not Path(spec).is_dir():
                 raise EvaluationError(f"--verifier {spec}: no such directory, and not one of {', '.join(BUILTIN)}, "
                                       "confidence:PATH, math-shepherd:PATH, token-prm:PATH, product:A,B, min:A,B")
+            try:  # a misspelt PATH or a broken model folder, said before anything is generated
+                check_spec(spec, args.policy)
+            except ValueError as e:
+                raise EvaluationError(str(e)) from None
             verifier = _Lazy(lambda: load_verifier(spec, args.policy, world_rows=world_rows,
                                                    batch_size=args.verifier_batch_size, device=args.device), "verifier")
     run_info = {"dataset": args.dataset, "policy": args.policy, "verifier": args.verifier, "backend": args.backend,

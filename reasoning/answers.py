@@ -25,6 +25,8 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
+from reasoning.braces import matching_braces
+
 __all__ = [
     "choice_letter",
     "extract_answer",
@@ -60,6 +62,9 @@ _NUMBER_PATTERN = (
     r"|(?<![\w.])[-+]?\.\d+"
 )
 _NUMBER_RE = re.compile(_NUMBER_PATTERN)
+# A mixed number: a whole part, spaces and a proper fraction ("7 3/4" is 31/4), with no digit,
+# point, comma or slash on either side (so "1, 3/4", "2 3/4/5" and "7 3/2" are not read as one).
+_MIXED_NUMBER_RE = re.compile(r"(?<![\w.,/])([-+]?)(\d+)[ \t]+(\d+)[ \t]*/[ \t]*(\d+)(?![\w.,/])")
 # What may surround the single number of an answer: words, currency, percent, light punctuation.
 _NUMBER_LEFTOVER_RE = re.compile(r"[\sA-Za-z$%.,:;!?'\"°€£¥*()]*")
 _ASSIGNMENT_PREFIX_RE = re.compile(r"^\s*[A-Za-z][A-Za-z_ ]{0,30}?\s*=\s*")
@@ -78,31 +83,6 @@ _CHOICE_PATTERNS = (
 )
 _CHOICE_PAREN_RE = re.compile(r"\(([A-E])\)")
 _CHOICE_STANDALONE_RE = re.compile(r"(?<![A-Za-z0-9_\\])([A-E])(?![A-Za-z0-9_'])")
-
-
-# ----------------------------------------------------------------------------------------------
-# brace matching
-
-
-def matching_braces(text: str) -> dict[int, int]:
-    """Map the index of every balanced `{` to the index of its `}` (escaped `\\{`, `\\}` skipped).
-
-    One pass with a stack, so finding every `\\boxed{...}` of a long text stays linear.
-    """
-    match: dict[int, int] = {}
-    stack: list[int] = []
-    escaped = False
-    for i, ch in enumerate(text):
-        if escaped:
-            escaped = False
-            continue
-        if ch == "\\":
-            escaped = True
-        elif ch == "{":
-            stack.append(i)
-        elif ch == "}" and stack:
-            match[stack.pop()] = i
-    return match
 
 
 def find_boxed(text: str) -> str | None:
@@ -264,7 +244,8 @@ def extract_answer(text: str, kind: str = "number") -> str | None:
     """The final answer of a model output `text`, or None when none can be found.
 
     kind: "number" (falls back to the last number), "choice" (returns an option letter A-E when
-    one is named, else the explicit answer text so the grader can match it to an option), "latex",
+    one is named, else the explicit answer text or the last number, so the grader can match it to
+    an option's value), "latex",
     "text" or "none" (fall back to the whole text when it is a single short line).
     Never raises.
     """
@@ -295,7 +276,8 @@ def _extract_answer(text: str, kind: str) -> str | None:
                 return letter
         if candidates:
             return candidates[0]
-        return _last_choice_letter(text)
+        # no letter anywhere: the last number, which the grader matches to the one option it is
+        return _last_choice_letter(text) or _last_number(text)
 
     if kind == "number":
         for cand in candidates:
@@ -401,10 +383,25 @@ def _fraction_of(token: str) -> Fraction | None:
     return sign * Fraction(token)
 
 
+def improper_fraction(text: str) -> str:
+    """`text` with its mixed number, when it has exactly one, written as one fraction: "7 3/4 cups"
+    -> "31/4 cups". A whole part and a proper fraction (numerator below the denominator) side by
+    side, nothing else: "7 3/2" or "2 3/4 5" stay as they are (two numbers, read as such)."""
+    found = list(_MIXED_NUMBER_RE.finditer(text))
+    if len(found) != 1:
+        return text
+    m = found[0]
+    sign, whole, num, den = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
+    if not 0 < num < den:
+        return text
+    return f"{text[: m.start()]}{sign}{whole * den + num}/{den}{text[m.end() :]}"
+
+
 def parse_number(s: str | None) -> tuple[Fraction, bool] | None:
     """(value, is_percent) of the single number in `s`, or None.
 
-    Accepts thousands commas, a currency sign, a percent sign, a fraction "3/4", simple LaTeX
+    Accepts thousands commas, a currency sign, a percent sign, a fraction "3/4", a mixed number
+    "7 3/4" (31/4), simple LaTeX
     (`\\frac{3}{4}`, `\\$5`, `10\\%`), a leading "x =" and words around the number ("12 apples").
     Returns None when there is no number, more than one, or math around it ("x^2", "5 + 3").
     """
@@ -414,6 +411,7 @@ def parse_number(s: str | None) -> tuple[Fraction, bool] | None:
         text = _latex_to_plain(s).replace("\u2212", "-").strip()
         if text.count("=") == 1:
             text = _ASSIGNMENT_PREFIX_RE.sub("", text, count=1)
+        text = improper_fraction(text)
         matches = list(_NUMBER_RE.finditer(text))
         if len(matches) != 1:
             return None

@@ -33,6 +33,7 @@ from fractions import Fraction
 from reasoning.answers import (
     choice_letter,
     extract_answer,
+    improper_fraction,
     parse_number,
     unwrap_text_commands,
 )
@@ -157,21 +158,17 @@ def _parse_options(options: list[str]) -> list[tuple[str, str]]:
 
 
 def _option_for(pred: str, options: list[str]) -> str | None:
-    """The letter of the option whose text (or value) the prediction gives, if exactly one fits."""
+    """The letter of the option whose text (or value) the prediction gives, if exactly one fits;
+    None for a bare value that two options have ("7" for "A) 7" and "B) 7.0")."""
     parsed = _parse_options(options)
     norm_pred = normalize_text(pred)
-    if norm_pred:
-        for letter, text in parsed:
-            if normalize_text(text) == norm_pred:
-                return letter
+    text_hits = [letter for letter, text in parsed if norm_pred and normalize_text(text) == norm_pred]
     p = parse_number(pred)
-    if p is None:
+    value_hits = [] if p is None else [
+        letter for letter, text in parsed if (o := parse_number(text)) is not None and _numbers_equal(p, o)]
+    if len(value_hits) > 1 and not re.search(r"[A-Za-z]", pred):
         return None
-    hits = []
-    for letter, text in parsed:
-        o = parse_number(text)
-        if o is not None and _numbers_equal(p, o):
-            hits.append(letter)
+    hits = text_hits or value_hits
     return hits[0] if len(hits) == 1 else None
 
 
@@ -320,10 +317,47 @@ def _decimal_comma_twins(a: str, b: str) -> bool:
     return False
 
 
+_BASE_NUMBER_RE = re.compile(r"([0-9A-Za-z]+)_\{?(\d+)\}?")
+
+
+def _base_number(norm: str) -> tuple[str, int] | None:
+    """(digits, base) of a normalized number written in a base ("204_5", "204_{5}"), else None."""
+    m = _BASE_NUMBER_RE.fullmatch(norm)
+    return (m.group(1).upper(), int(m.group(2))) if m else None
+
+
+def _base_value(digits: str, base: int) -> int | None:
+    try:
+        return int(digits, base) if 2 <= base <= 36 else None
+    except ValueError:  # a digit the base does not have ("29_8")
+        return None
+
+
+def _based_equal(norm_pred: str, norm_gold: str) -> bool | None:
+    """A gold number in a base against the prediction, None when the gold has no base. The base
+    is part of the answer: "204_6" is not "204_5" (math-verify drops the subscript), "54_{10}" is
+    (the same number); digits without a base are read in the gold's base ("204" for "204_5")."""
+    gold = _base_number(norm_gold)
+    if gold is None:
+        return None
+    pred = _base_number(norm_pred)
+    if pred is None:
+        return re.fullmatch(r"[0-9A-Za-z]+", norm_pred) is not None and norm_pred.upper() == gold[0]
+    if pred == gold:
+        return True
+    value = _base_value(*gold)
+    return value is not None and value == _base_value(*pred)
+
+
 def _is_correct_latex(pred: str, gold: str) -> bool:
+    # "7 3/4" is the mixed number 31/4, not 73/4 (which normalizing away its space would make it)
+    pred, gold = improper_fraction(pred), improper_fraction(gold)
     norm_pred, norm_gold = normalize_latex(pred), normalize_latex(gold)
     if norm_gold and norm_pred == norm_gold:
         return True
+    based = _based_equal(norm_pred, norm_gold)
+    if based is not None:
+        return based
     if _decimal_comma_twins(norm_pred, norm_gold):
         return True
     # words ("Evelyn", "even") compare case-insensitively; single letters (variables) do not

@@ -22,7 +22,7 @@ import re
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from reasoning.answers import matching_braces
+from reasoning.braces import matching_braces
 
 __all__ = [
     "MATH_VERIFY_MAX_CHARS",

@@ -45,7 +45,8 @@ Output: a TRL stepwise-supervision JSONL file, one row per path::
 where `exact_labels` (1.0 before the world checker's earliest error, 0.0 from it on) measure label
 quality. A JSON summary (also written to `<out>.summary.json`) gives problems, rows, steps, the
 mean label, generated tokens, seconds, counts of bad generations (no steps, no answer, truncated,
-empty or duplicate steps) and, on world data, the agreement with the exact labels (mean absolute
+empty or duplicate steps), the problems left out because their prompt does not fit the policy's
+context with `--max_new_tokens` (`prompt_too_long`; an empty question is refused) and, on world data, the agreement with the exact labels (mean absolute
 error and the accuracy of `label >= 0.5`).
 
 Resuming: problems are annotated in groups of `--batch_size`: all paths, all rollouts, or all
@@ -75,9 +76,11 @@ from pathlib import Path
 from typing import Any
 
 from inference.backends.base import Completion, Generator, SamplingParams
+from inference.backends.prompt_limits import PROMPT_TOO_LONG, prompts_fit
 from reasoning.benchmarks import DatasetError, load_benchmark, read_appended_jsonl
 from reasoning.grading import grade
 from reasoning.prompts import explore_prompt, solve_prompt
+from reasoning.questions import QuestionError, check_questions
 from reasoning.steps import CLOSE_TAG, prefix_text, split_steps
 from reasoning.types import Problem
 from reasoning.world import earliest_error, generate, row_to_problem, world_config_of
@@ -717,6 +720,32 @@ class _LazyHFGenerator:
 
     def __init__(self, path: str, batch_size: int, chat_template: bool = True):
         self.path, self.batch_size, self.chat_template, self._generator = path, batch_size, chat_template, None
+        self._tokenizer = None
+
+    def _tok(self):
+        """The policy's tokenizer alone (no weights), for the context check before any generation."""
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(self.path)
+        return self._tokenizer
+
+    @property
+    def context_length(self) -> int | None:
+        from transformers import AutoConfig
+
+        from inference.backends.prompt_limits import context_of
+
+        return context_of(AutoConfig.from_pretrained(self.path))
+
+    @property
+    def max_token_chars(self) -> int | None:
+        from inference.backends.prompt_limits import max_token_chars
+
+        return max_token_chars(self._tok())
+
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        return [len(ids) for ids in self._tok()(list(texts), add_special_tokens=False)["input_ids"]]
 
     def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
         if self._generator is None:
@@ -735,7 +764,29 @@ def load_problems(cfg: AnnotateConfig) -> list[Problem]:
     return load_benchmark(cfg.data, limit=cfg.n)
 
 
+def _problems_that_fit(generator, problems: list[Problem], cfg: AnnotateConfig) -> tuple[list[Problem], int]:
+    """The problems whose prompt fits the generator's context with `max_new_tokens` new tokens
+    (`prompt_limits.prompts_fit`, as evaluation and PPO check it), and how many were left out (logged)."""
+    context = getattr(generator, "context_length", None)
+    if not context or not hasattr(generator, "count_tokens"):
+        return problems, 0
+    fits = prompts_fit([solve_prompt(p.question) for p in problems], context, cfg.max_new_tokens,
+                       generator.count_tokens, getattr(generator, "max_token_chars", None))
+    kept = [p for p, ok in zip(problems, fits) if ok]
+    left_out = len(problems) - len(kept)
+    if left_out:
+        first = next(p.id for p, ok in zip(problems, fits) if not ok)
+        print(f"--data {cfg.data}: {left_out} of {len(problems)} problems left out, {PROMPT_TOO_LONG} (the prompt and "
+              f"--max_new_tokens {cfg.max_new_tokens} exceed the policy's {context}-token context; first: {first!r})",
+              file=sys.stderr)
+    return kept, left_out
+
+
 def _check_problems(problems: Sequence[Problem], cfg: AnnotateConfig) -> None:
+    try:
+        check_questions(problems, f"--data {cfg.data}")
+    except QuestionError as err:
+        raise AnnotationError(str(err)) from None
     for p in problems:
         if p.answer_kind == "none" or not p.answer.strip():
             raise AnnotationError(f"problem {p.id!r} has no gold answer; --method {cfg.method} needs one")
@@ -800,12 +851,13 @@ def annotate(
     _check_problems(problems, cfg)
     if len({p.id for p in problems}) != len(problems):
         raise AnnotationError("problem ids are not unique")
+    if generator is None:
+        generator = _LazyHFGenerator(cfg.policy, cfg.gen_batch_size, cfg.chat_template)
+    problems, too_long = _problems_that_fit(generator, problems, cfg)
     writer = ResumableWriter(cfg.out, cfg.settings(), overwrite=cfg.overwrite)
     stats = RunStats()
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {PROMPT_TOO_LONG: too_long}
     try:
-        if generator is None:
-            generator = _LazyHFGenerator(cfg.policy, cfg.gen_batch_size, cfg.chat_template)
         method: Callable[..., dict[str, list[dict]]]
         if cfg.method == "autopsv":
             orm = prepare_orm(generator, problems, cfg, stats, train_fn, verifier_factory)

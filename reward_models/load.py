@@ -33,6 +33,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from inference.backends.model_files import check_model_folder, check_model_path
 from reward_models.verifier import Verifier
 
 BUILTIN = ("confidence", "step-confidence", "step-likelihood", "exact")
@@ -179,21 +180,9 @@ def check_spec(spec: str, policy: str | None = None) -> None:
     elif head in ("math-shepherd", "token-prm"):
         if not rest:
             raise ValueError(f"verifier {spec!r}: name the model ({head}:PATH)")
+        check_model_path(f"verifier {head}:", rest)
     elif spec != "exact":
         _check_psv_dir(spec)
-
-
-def check_model_path(flag: str, path: str) -> None:
-    """ValueError unless `path` is a saved model's directory (config.json, or a LoRA adapter's
-    adapter_config.json) or can only be a Hub id (`name` or `org/name`), so that a typo fails before
-    anything loads."""
-    p = Path(path)
-    if p.is_dir():
-        if not ((p / "config.json").exists() or (p / "adapter_config.json").exists()):
-            raise ValueError(f"{flag} {path}: no config.json or adapter_config.json (not a saved model)")
-        return
-    if not path or p.exists() or p.is_absolute() or path.startswith((".", "~")) or path.count("/") > 1:
-        raise ValueError(f"{flag} {path}: no such model directory")
 
 
 def _confidence_policy(head: str, rest: str | None, policy: str | None) -> str:
@@ -204,12 +193,17 @@ def _confidence_policy(head: str, rest: str | None, policy: str | None) -> str:
                          f"name it ({head}:PATH)")
     if Path(path).is_dir() and psv_dir_kind(path) != "policy":
         raise ValueError(f"{head}: {path} is not a causal-LM policy directory")
+    if rest:  # a path the spec names: a typo is said here, not as a Hub error after loading
+        check_model_path(f"verifier {head}:", path)
+    elif Path(path).is_dir():
+        check_model_folder(f"verifier {head} (the policy)", path)
     return path
 
 
 def _check_psv_dir(spec: str) -> None:
     kind = psv_dir_kind(spec)
     if kind in ("lora", "full"):
+        check_model_folder("verifier", spec)
         return
     if kind == "policy" and (Path(spec) / "implicit_prm.json").exists():
         raise ValueError(f"{spec} is an implicit PRM: name it implicit:{spec}")

@@ -165,6 +165,54 @@ def check_inputs(args: StepPPOConfig) -> None:
         raise ConfigError(str(err)) from None
 
 
+def check_prompt_sets(args: StepPPOConfig, sets: dict[str, list[Problem]]) -> tuple[dict[str, list[Problem]],
+                                                                                   dict[str, int]]:
+    """The prompt sets (`{"train": ..., "eval": ..., "probe": ...}`) as a run may use them, before any
+    model loads: ConfigError naming the set and problem for an empty question; a prompt that cannot
+    fit the policy's context with `max_new_tokens` new tokens (`prompt_limits.prompts_fit`, as
+    evaluation flags `prompt_too_long`) is left out, counted and logged; ConfigError when no
+    training prompt is left. Only the policy's tokenizer and config are read."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from inference.backends.prompt_limits import context_of, max_token_chars, prompts_fit
+    from reasoning.prompts import format_prompts, solve_prompt
+    from reasoning.questions import QuestionError, check_questions
+
+    flags = {"train": f"--dataset {args.dataset}", "eval": f"--eval_dataset {args.eval_dataset}",
+             "probe": "the probe problems"}
+    try:
+        for name, problems in sets.items():
+            check_questions(problems, flags[name])
+    except QuestionError as err:
+        raise ConfigError(str(err)) from None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(args.policy)
+        context = context_of(AutoConfig.from_pretrained(args.policy))
+    except (OSError, ValueError) as err:  # loading the policy will say what is wrong
+        _log(f"the prompt lengths are not checked: the policy's tokenizer or config did not load ({err})")
+        return sets, {name: 0 for name in sets}
+
+    def count(texts: list[str]) -> list[int]:
+        return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+    kept, too_long = {}, {}
+    for name, problems in sets.items():
+        prompts = format_prompts(tokenizer, [solve_prompt(p.question) for p in problems], args.chat_template)
+        fits = prompts_fit(prompts, context, args.max_new_tokens, count, max_token_chars(tokenizer))
+        kept[name] = [p for p, ok in zip(problems, fits) if ok]
+        too_long[name] = len(problems) - len(kept[name])
+        if too_long[name]:
+            first = next(p.id for p, ok in zip(problems, fits) if not ok)
+            _log(f"{flags[name]}: {too_long[name]} of {len(problems)} problems left out, prompt_too_long (the prompt "
+                 f"and --max_new_tokens {args.max_new_tokens} exceed the policy's {context}-token context; "
+                 f"first: {first!r})")
+    if sets.get("train") and not kept["train"]:
+        raise ConfigError(f"{flags['train']}: every training prompt is longer than the policy's {context}-token "
+                          f"context allows with --max_new_tokens {args.max_new_tokens}; shorten the questions or "
+                          "lower --max_new_tokens")
+    return kept, too_long
+
+
 def _dtype(args: StepPPOConfig):
     if args.dtype == "auto":
         return torch.bfloat16 if args.bf16 else torch.float32

@@ -26,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     from rl.ppo_config import ConfigError, parse_config
     from rl.ppo_setup import (
         check_inputs,
+        check_prompt_sets,
         ensure_default_models,
         load_critic,
         load_policy,
@@ -54,6 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     train, train_rows = load_problems(args.dataset, args.n_prompts, args, "train")
     evaluation = [] if args.eval_dataset == "none" else load_problems(args.eval_dataset, args.n_eval, args, "test")[0]
     probe = load_probe_problems(args, train)
+    try:  # empty questions refused, prompts beyond the context left out and counted
+        sets, prompt_too_long = check_prompt_sets(args, {"train": train, "eval": evaluation, "probe": probe})
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    train, evaluation, probe = sets["train"], sets["eval"], sets["probe"]
     from transformers import set_seed
 
     set_seed(args.seed)  # before any weight is made: LoRA matrices and a new value head come from it
@@ -62,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     verifier = None
     if args.reward != "gold":
         verifier = load_verifier_for(args, train_rows, state.device)
-    trainer = StepPPOTrainer(args, policy, tokenizer, critic, verifier, train, evaluation, probe_problems=probe)
+    trainer = StepPPOTrainer(args, policy, tokenizer, critic, verifier, train, evaluation, probe_problems=probe,
+                             prompt_too_long=prompt_too_long)
     result = trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     if state.is_main_process:
         print(json.dumps({k: v for k, v in result.items() if not isinstance(v, dict)}))

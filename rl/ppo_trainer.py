@@ -26,6 +26,7 @@ import json
 import os
 import random
 import shutil
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -93,7 +94,7 @@ def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
 class StepPPOTrainer:
     def __init__(self, config: StepPPOConfig, policy, tokenizer, critic, verifier, train_problems: list[Problem],
                  eval_problems: list[Problem] | None = None, ref_policy=None,
-                 probe_problems: list[Problem] | None = None):
+                 probe_problems: list[Problem] | None = None, prompt_too_long: dict[str, int] | None = None):
         from accelerate import Accelerator
         from accelerate.utils import set_seed
 
@@ -122,6 +123,9 @@ class StepPPOTrainer:
         self.train_problems = list(train_problems)
         self.eval_problems = list(eval_problems or [])
         self.probe_problems = list(probe_problems or [])
+        self.prompt_too_long = dict(prompt_too_long or {})
+        """Problems of each prompt set left out before the run because their prompt does not fit the
+        context (`rl.ppo_setup.check_prompt_sets`); reported in eval.json."""
         self.probe_wrong_at_start: list[str] | None = None
         self.is_peft = hasattr(policy, "disable_adapter")
         if ref_policy is None and not self.is_peft:
@@ -162,6 +166,8 @@ class StepPPOTrainer:
             self.kl_ctl = M.FixedKLController(config.kl_coef)
         self.reward_stats = RunningMeanStd()
         self.update = 0
+        self.segment_start, self.seconds_before = time.time(), 0.0
+        """When this process's segment of the run began; the seconds of the segments before it."""
         self.skipped_batches = 0
         self.out = Path(config.output_dir)
         self.vllm_engine = None
@@ -735,7 +741,8 @@ class StepPPOTrainer:
         self.accelerator.save_state(str(tmp))
         if self.accelerator.is_main_process:
             state = {"update": self.update, "skipped_batches": self.skipped_batches,
-                     "kl_coef": float(self.kl_ctl.value), "reward_stats": self.reward_stats.state_dict()}
+                     "kl_coef": float(self.kl_ctl.value), "reward_stats": self.reward_stats.state_dict(),
+                     "train_seconds": self.train_seconds()}
             (tmp / "trainer_state.json").write_text(json.dumps(state))
             for k, prm in enumerate(self.online_prms):
                 torch.save(prm.online_state(), tmp / f"implicit_prm_{k}.pt")
@@ -765,10 +772,16 @@ class StepPPOTrainer:
             saved = path / f"implicit_prm_{k}.pt"
             if saved.exists():  # a checkpoint of a run without the flag has none: the PRM restarts
                 prm.load_online_state(torch.load(saved, map_location=self.accelerator.device))
+        # the seconds of the segments before this one (a checkpoint from before they were stored: none)
+        self.seconds_before = float(state.get("train_seconds", 0.0))
+
+    def train_seconds(self) -> float:
+        """Seconds the run has trained, every resumed segment included."""
+        return self.seconds_before + (time.time() - self.segment_start)
 
     def train(self, resume_from_checkpoint: str | None = None) -> dict[str, Any]:
         args = self.args
-        start = time.time()
+        self.segment_start, self.seconds_before = time.time(), 0.0
         metrics_path = self.out / "metrics.jsonl"
         before_path = self.out / "eval_before_rows.jsonl"
         if self.accelerator.is_main_process:  # refuses to mix runs in one folder; stores run_config.json
@@ -779,6 +792,8 @@ class StepPPOTrainer:
             self.load_checkpoint(ckpt)
             if self.accelerator.is_main_process:
                 _truncate_metrics(metrics_path, self.update)
+                print(f"[ppo_step] resuming from {ckpt} (update {self.update} of {args.num_updates}, "
+                      f"{self.seconds_before:.1f}s trained before)", file=sys.stderr, flush=True)
         elif self.accelerator.is_main_process and metrics_path.exists():
             metrics_path.unlink()
         if self.accelerator.is_main_process:
@@ -812,7 +827,7 @@ class StepPPOTrainer:
             metrics["update"] = self.update
             if probing and (self.update % args.probe_every == 0 or self.update == args.num_updates):
                 metrics.update(self.probe())
-            metrics["elapsed"] = time.time() - start
+            metrics["elapsed"] = self.train_seconds()
             if self.accelerator.is_main_process:
                 with metrics_path.open("a") as fh:
                     fh.write(json.dumps(metrics) + "\n")
@@ -842,7 +857,8 @@ class StepPPOTrainer:
                       "reward_shaping": args.reward_shaping, "advantage_estimator": args.advantage_estimator,
                       "processes": self.accelerator.num_processes,
                       "responses_per_update": args.prompts_per_update * args.samples_per_prompt
-                      * self.accelerator.num_processes, "train_seconds": round(time.time() - start, 1)}
+                      * self.accelerator.num_processes, "train_seconds": round(self.train_seconds(), 1),
+                      "prompt_too_long": self.prompt_too_long}
             if before is not None:
                 after = self.greedy_eval()
                 _write_jsonl(self.out / "eval_after_rows.jsonl", after["rows"])

@@ -4,6 +4,7 @@
 settings to OUTPUT_DIR/run_config.json at the start of a fresh run; `check_run_dir(config)` (the
 same checks, nothing written; `rl/ppo_step.py` calls it before loading any model) refuses
 
+- a folder this process cannot write in (a probe file, removed at once, tells);
 - a fresh run in a folder that is not empty, unless `--overwrite_output_dir` (which clears it; only
   a folder that holds a PPO run is ever cleared), so an old run's checkpoints and metrics never mix
   with a new run's;
@@ -17,7 +18,9 @@ same checks, nothing written; `rl/ppo_step.py` calls it before loading any model
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +84,25 @@ def _is_run_folder(out: Path) -> bool:
     return any((out / m).exists() for m in RUN_MARKERS) or any(out.glob("checkpoint-*"))
 
 
+def check_writable(out: Path) -> None:
+    """RunDirError unless a file can be made in `out`, or, while it does not exist, in the nearest
+    folder above it (where it would be made): a probe file, removed at once, so that a run that
+    cannot write its results is refused before it loads a model, not after."""
+    where = out
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if not where.is_dir():
+        raise RunDirError(f"--output_dir {out}: {where} is a file, so the folder cannot be made there; "
+                          "choose another folder")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=where)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise RunDirError(f"--output_dir {out}: cannot write in {where} ({err.strerror or err}); "
+                          "choose a folder you can write to") from None
+
+
 def check_run_dir(config, resume: str | None = None) -> str:
     """What starting this run will do to OUTPUT_DIR: 'new' (empty or absent), 'overwrite' (cleared
     first), 'resume' (a stored run with the same settings); RunDirError when it may not be used.
@@ -89,6 +111,7 @@ def check_run_dir(config, resume: str | None = None) -> str:
     out = Path(config.output_dir)
     if out.exists() and not out.is_dir():
         raise RunDirError(f"--output_dir {out}: not a directory")
+    check_writable(out)
     if not out.exists() or not any(out.iterdir()):
         return "new"
     if resume:

@@ -454,6 +454,42 @@ def test_server_refuses_what_would_stall_it(server):
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= 3
 
 
+def test_a_prompt_too_long_in_characters_is_refused_before_it_is_tokenised(server, hf):
+    """A 2 MB prompt used to be tokenised (seconds of CPU) before its 400, slowing every other request."""
+    counted: list[int] = []
+    real = server._count_tokens
+
+    def counting(texts):
+        counted.extend(len(t) for t in texts)
+        return real(texts)
+
+    server._count_tokens = counting
+    try:
+        r = _raw_post(server.url, json.dumps({"prompt": "Hal has " * 262144, "max_tokens": 4}))  # 2 MB
+        assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
+        assert "maximum context length is 1024" in r.json()["error"]["message"] and counted == []
+        # a prompt within the bound is still counted, and refused by its tokens when they do not fit
+        bound = (1024 - 4) * hf.max_token_chars
+        near = "Hal has " * (bound // 8)
+        assert len(near) <= bound and hf.count_tokens([near])[0] + 4 > 1024
+        r = _raw_post(server.url, json.dumps({"prompt": near, "max_tokens": 4}))
+        assert r.status_code == 400 and counted == [len(near)]
+    finally:
+        server._count_tokens = real
+
+
+def test_the_character_bound_never_refuses_a_prompt_that_fits(hf):
+    from inference.backends.prompt_limits import max_prompt_chars, prompts_fit
+
+    texts = ["Hal has 3 apples. " * k for k in (1, 10, 60, 200, 2000)] + ["x" * 5000, "9" * 3000, " " * 4000]
+    counts = hf.count_tokens(texts)
+    for max_new in (1, 100, 1000):
+        by_count = [n + max_new <= 1024 for n in counts]
+        assert prompts_fit(texts, 1024, max_new, hf.count_tokens, hf.max_token_chars) == by_count
+        bound = max_prompt_chars(1024, max_new, hf.max_token_chars)
+        assert all(not fits for t, fits in zip(texts, by_count) if len(t) > bound)
+
+
 class SlowGenerator:
     """One 'token' per 10 ms up to max_new_tokens; stops early when `should_stop()` says so."""
 

@@ -160,6 +160,41 @@ def test_report_and_plot_render_from_given_rows(tmp_path):
     assert (tmp_path / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def _greedy_report(tmp_path, table, artefacts) -> str:
+    """The report of a one-policy, greedy-only comparison with these cells and artefacts."""
+    cfg = config.load_config(None, sets=["policies=[sft]", "eval.methods={greedy: {}}",
+                                         "eval.threshold_dev_problems=null"])
+    summary = {"n_problems": 2, "problems_fingerprint": "f", "verifier": "psv", "total_wall_seconds": 1.0,
+               "stage_seconds": {"report": 1.0}, "artefacts": artefacts, "table": table,
+               "effects": analysis.effects(cfg, {"sft": {"greedy": [{"id": "a", "correct": True}]}}),
+               "answer_changes": {}, "curves": {}, "token_sources": {}, "command": "python scripts/compare.py"}
+    report.write_report(tmp_path / "report.md", summary, cfg)
+    return (tmp_path / "report.md").read_text()
+
+
+def test_a_resumed_comparison_reports_the_time_its_results_took_not_only_its_own(tmp_path):
+    """Resumed with every artefact and cell done, a comparison runs for a second; its report used to
+    say "Total wall time 1 s" of results that took minutes."""
+    table = {"sft": {"greedy": _cell(0.5, 40)}}
+    artefacts = {"sft": {"status": "cached", "spec": "outputs/sft", "dir": "d", "seconds": 480.0, "info": {}},
+                 "ppo": {"status": "cached", "spec": "outputs/ppo", "dir": "e", "seconds": 5.3, "info": {}}}
+    assert analysis.recorded_seconds(artefacts, table) == 486.3
+    text = _greedy_report(tmp_path, table, artefacts)
+    assert "Wall time of this invocation 1 s" in text and "took 486 s to build and run" in text
+    assert "Prompts beyond" not in text
+
+
+def test_the_report_counts_prompts_beyond_the_context_in_cells_ppo_and_annotation(tmp_path):
+    table = {"sft": {"greedy": {**_cell(0.5, 40), "prompt_too_long": 1}}}
+    artefacts = {"ppo": {"status": "built", "spec": "p", "dir": "p", "seconds": 5.0,
+                         "info": {"prompt_too_long": {"train": 2, "eval": 0, "probe": 0}}},
+                 "psv": {"status": "built", "spec": "v", "dir": "v", "seconds": 9.0,
+                         "info": {"annotation": {"prompt_too_long": 3}}}}
+    text = _greedy_report(tmp_path, table, artefacts)
+    assert ("**Prompts beyond the model's context** (`prompt_too_long`, never run): SFT greedy: 1 problems counted "
+            "wrong; ppo: 2 train prompts left out of PPO; psv: 3 problems left out of the annotation.") in text
+
+
 def test_side_by_side_jobs_get_one_thread_each_whatever_the_parent_has(tmp_path):
     """Jobs run side by side as subprocesses with the OMP_NUM_THREADS they ask for, not the parent's
     (inside the SFT stage the parent holds every core: two 2-thread trainings on 2 cores crawl)."""

@@ -314,3 +314,61 @@ def test_grade_never_raises(text, kind):
     result = grade(text, problem)
     assert result.parsed == (result.extracted is not None)
     assert not (result.correct and not result.parsed)
+
+
+# ----------------------------------------------------------------------------------------------
+# cases from other graders: number bases, choices stated by value, mixed numbers
+
+
+@pytest.mark.parametrize(("pred", "gold", "expected"), [
+    ("204_6", "204_5", False),  # the base is part of the answer
+    ("204_{6}", "204_{5}", False),
+    ("204_{5}", "204_5", True),
+    (r"\text{204}_5", "204_5", True),
+    ("54_{10}", "204_5", True),  # the same number in another base
+    ("204", "204_5", True),  # digits without a base are read in the gold's base
+    ("205", "204_5", False),
+    ("54", "204_5", False),  # the base-10 value is not the base-5 answer asked for
+])
+def test_latex_numbers_in_a_base_keep_their_base(pred, gold, expected):
+    assert is_correct(pred, gold, "latex") is expected
+
+
+CHOICE_VALUES = ["A) 42857", "B) 42858", "C) 3/7", "D) 7"]
+
+
+@pytest.mark.parametrize(("text", "gold", "expected"), [
+    ("3/7 of 100000 is 42857.14..., so x = 42857", "A", True),
+    ("We need the whole part: 42857", "A", True),
+    ("so x = 42858.", "A", False),
+    ("so x = 42858.", "B", True),
+    ("so the count is 5", "A", False),  # a value no option has
+])
+def test_a_choice_solution_ending_with_an_option_value_is_graded_by_it(text, gold, expected):
+    problem = Problem(id="a", question="q", answer=gold, answer_kind="choice", options=CHOICE_VALUES)
+    assert grade(text, problem).correct is expected
+
+
+def test_a_choice_value_that_two_options_have_names_neither():
+    options = ["A) 7", "B) 7.0", "C) 3"]
+    for gold in ("A", "B"):
+        assert not is_correct("7", gold, "choice", options)
+        assert not grade("so x = 7", Problem(id="a", question="q", answer=gold, answer_kind="choice",
+                                            options=options)).correct
+    assert is_correct("3", "C", "choice", options)
+
+
+@pytest.mark.parametrize("kind", ["number", "latex", "text"])
+def test_a_mixed_number_is_read_as_one_fraction(kind):
+    assert is_correct("7 3/4", "31/4", kind)
+    assert is_correct(r"7 3/4 \text{ cups}" if kind == "latex" else "7 3/4 cups", "7.75", kind)
+    assert is_correct("-2 1/2", "-5/2", kind)
+    assert not is_correct("7 3/4", "73/4", kind)
+    assert not is_correct("7 3/4", "10/4", kind)  # not the sum of its parts' digits either
+
+
+@pytest.mark.parametrize("pred", ["7 3/2", "2 3/4 5", "1, 3/4", "3 and 3/4"])
+def test_only_a_clear_mixed_number_is_read_as_one(pred):
+    from reasoning.answers import parse_number
+
+    assert parse_number(pred) is None  # an improper fraction or a list stays two numbers

@@ -331,6 +331,27 @@ def test_resume_after_sigkill_reaches_the_same_total(models, tmp_path):
     assert json.loads((out / "eval.json").read_text())["updates"] == 6
 
 
+def test_a_resumed_run_names_its_checkpoint_and_counts_every_segments_seconds(models, tmp_path, capsys):
+    out = tmp_path / "segments"
+    args = tiny_args(models, out, "--n_eval", "2", "--n_probe", "0")
+    assert ppo_step.main(args) == 0
+    first = json.loads((out / "eval.json").read_text())["train_seconds"]
+    stored = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())["train_seconds"]
+    assert first > 0 and stored > 0
+    # killed after its last checkpoint: the resumed run trains no update, yet its seconds are the run's
+    (out / "eval.json").unlink()
+    capsys.readouterr()
+    assert ppo_step.main([*args, "--resume_from_checkpoint", "auto"]) == 0
+    assert f"resuming from {out / 'checkpoint-2'} (update 2 of 2" in capsys.readouterr().err
+    assert json.loads((out / "eval.json").read_text())["train_seconds"] >= stored
+    # resumed to train longer: the seconds of both segments
+    assert ppo_step.main([*args, "--resume_from_checkpoint", "auto", "--num_updates", "3"]) == 0
+    resumed = json.loads((out / "eval.json").read_text())
+    assert resumed["updates"] == 3 and resumed["train_seconds"] >= stored + 0.05
+    elapsed = [json.loads(x)["elapsed"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert elapsed == sorted(elapsed)  # cumulative across the segments
+
+
 def test_two_cpu_processes_keep_identical_policies(models, tmp_path):
     out = tmp_path / "ddp"
     env = dict(_env(), ACCELERATE_USE_CPU="1")

@@ -14,6 +14,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from inference.backends.base import Completion, SamplingParams, cut_at_stop
+from inference.backends.prompt_limits import context_of, max_token_chars
 from reasoning.prompts import format_prompts
 
 
@@ -47,12 +48,12 @@ class HFGenerator:
     def context_length(self) -> int | None:
         """The most tokens (prompt and completion) the model takes, from its config; None when
         the config states none."""
-        config = self.model.config
-        for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-            value = getattr(config, name, None)
-            if isinstance(value, int) and value > 0:
-                return value
-        return None
+        return context_of(self.model.config)
+
+    @property
+    def max_token_chars(self) -> int | None:
+        """The most characters one token stands for (`prompt_limits.max_token_chars`)."""
+        return max_token_chars(self.tokenizer)
 
     def _encode(self, texts: list[str], **kwargs):
         # A fast tokenizer keeps its padding setting in shared state: a call without padding on one

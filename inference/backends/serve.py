@@ -50,6 +50,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from inference.backends.base import Completion, Generator, SamplingParams
+from inference.backends.prompt_limits import max_prompt_chars
 from reasoning.json_input import JSONInputError
 from reasoning.json_input import loads as json_loads
 
@@ -152,6 +153,20 @@ def parse_completion_request(body: Any, served_model: str,
         param = {"max_new_tokens": "max_tokens"}.get(str(err).split()[0], str(err).split()[0])
         raise RequestError(400, str(err).replace("max_new_tokens", "max_tokens"), param) from None
     return prompts, params
+
+
+def check_prompt_chars(prompts: list[str], max_tokens: int, context: int | None, token_chars: int | None) -> None:
+    """400 for a prompt with more characters than `context` tokens can hold with `max_tokens` new
+    ones (`prompt_limits.max_prompt_chars`), before any prompt is tokenised."""
+    if context is None or max_tokens >= context:  # then max_tokens alone is too many (check_context)
+        return
+    bound = max_prompt_chars(context, max_tokens, token_chars)
+    longest = max(len(p) for p in prompts)
+    if bound is not None and longest > bound:
+        raise RequestError(400, f"This model's maximum context length is {context} tokens. However, your prompt "
+                                f"has {longest} characters, more than {context - max_tokens} tokens can hold "
+                                f"({bound} characters) with {max_tokens} in the completion. Please reduce the "
+                                "prompt or max_tokens.", "prompt")
 
 
 def check_context(prompt_tokens: list[int], max_tokens: int, context: int | None) -> None:
@@ -339,6 +354,9 @@ class CompletionServer:
         self.limits = limits = limits or ServerLimits()
         self.context_tokens = limits.context_tokens or getattr(generator, "context_length", None)
         self._count_tokens = getattr(generator, "count_tokens", None)
+        self._max_token_chars = getattr(generator, "max_token_chars", None)
+        """The most characters one token covers: a prompt longer than the context can hold is refused
+        before it is tokenised (seconds of CPU for megabytes, which concurrent requests would wait on)."""
         self._api_key = api_key or None
         self.fail_first = fail_first
         """Completion requests still to be answered with 503 (testing retries)."""
@@ -434,6 +452,7 @@ class CompletionServer:
         """The answer to a completion request; None when `client_gone()` turned true while waiting."""
         started = time.monotonic()
         prompts, params = parse_completion_request(body, self.model_name, self.limits)
+        check_prompt_chars(prompts, params.max_new_tokens, self.context_tokens, self._max_token_chars)
         if self._count_tokens is not None:
             check_context(self._count_tokens(prompts), params.max_new_tokens, self.context_tokens)
         elif self.context_tokens is not None:
@@ -626,6 +645,9 @@ def parse_args(argv: list[str] | None = None) -> ServeArguments:
     (args,) = HfArgumentParser((ServeArguments,)).parse_args_into_dataclasses(args=argv)
     if not args.model:
         raise ValueError("--model is required")
+    from inference.backends.model_files import check_model_path
+
+    check_model_path("--model", args.model)  # a typo or a broken folder, said before anything loads
     for name in ("max_prompts_per_request", "max_n", "max_queued_requests", "max_body_bytes", "backlog"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")

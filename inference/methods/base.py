@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inference.backends.base import Completion, Generator, SamplingParams
+from inference.backends.prompt_limits import PROMPT_TOO_LONG, prompts_fit
 from reasoning.answers import choice_letter, parse_number
 from reasoning.grading import normalize_latex, normalize_text
 from reasoning.types import Problem, ReasoningPath
@@ -92,11 +93,11 @@ class Tracker:
         fits, params = self._fit(prompts, params)
         sent = [p for p, ok in zip(prompts, fits) if ok]
         answers = iter(self.generator.generate(sent, params) if sent else [])
-        refused = [Completion("", 0, 0, "prompt_too_long") for _ in range(params.n)]
+        refused = [Completion("", 0, 0, PROMPT_TOO_LONG) for _ in range(params.n)]
         outputs = [next(answers) if ok else list(refused) for ok in fits]
         for owner, ok in zip(owners, fits):
-            if not ok and "prompt_too_long" not in self.flags[owner]:
-                self.flags[owner].append("prompt_too_long")
+            if not ok and PROMPT_TOO_LONG not in self.flags[owner]:
+                self.flags[owner].append(PROMPT_TOO_LONG)
         for owner, completions, ok in zip(owners, outputs, fits):
             u = self.usage[owner]
             u.llm_calls += len(completions) if ok else 0
@@ -107,15 +108,17 @@ class Tracker:
 
     def _fit(self, prompts: Sequence[str], params: SamplingParams) -> tuple[list[bool], SamplingParams]:
         """Which prompts fit the generator's context with `params.max_new_tokens` (capped to the
-        context minus one) new tokens; all of them when the generator states no context."""
+        context minus one) new tokens; all of them when the generator states no context. A prompt
+        too long in characters to fit is refused untokenised (`prompt_limits.prompts_fit`)."""
         context = getattr(self.generator, "context_length", None)
         if not context:
             return [True] * len(prompts), params
         if params.max_new_tokens > context - 1:
             params = dataclasses.replace(params, max_new_tokens=max(1, context - 1))
             self.capped_to = params.max_new_tokens
-        counts = self.generator.count_tokens(list(prompts))
-        return [n + params.max_new_tokens <= context for n in counts], params
+        fits = prompts_fit(prompts, context, params.max_new_tokens, self.generator.count_tokens,
+                           getattr(self.generator, "max_token_chars", None))
+        return fits, params
 
     def score(self, owners: Sequence[int], questions: Sequence[str], paths: Sequence[Sequence[str]]) -> list[list[float]]:
         if self.verifier is None:
