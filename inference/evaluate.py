@@ -83,7 +83,7 @@ from typing import Any
 
 from inference.methods import METHODS
 from inference.methods.base import MethodOutput, Tracker, blind
-from reasoning.benchmarks import DatasetError, load_benchmark, read_appended_jsonl
+from reasoning.benchmarks import DatasetError, read_appended_jsonl
 from reasoning.grading import is_correct
 from reasoning.questions import QuestionError, check_questions
 from reasoning.types import Problem
@@ -127,7 +127,9 @@ class EvalArguments:
     _argument_group_name = "evaluation"
 
     method: str = field(metadata={"help": f"Inference method: one of {', '.join(METHODS)}, or a dotted module path."})
-    dataset: str = field(metadata={"help": "'world' (test split; 'world:dev' etc.), a benchmark name, or a .jsonl file."})
+    dataset: str = field(metadata={"help": "'world' (test split; 'world:dev' etc.), a benchmark name, a "
+                                           ".jsonl/.json/.parquet/.csv file, a save_to_disk folder (FOLDER[:SPLIT], "
+                                           "default test) or a Hub id (ID[:CONFIG]:SPLIT)."})
     policy: str = field(metadata={"help": "The policy: a save_pretrained directory (hf) or a model name (vllm, openai)."})
     out: str = field(metadata={"help": "Output directory (results.jsonl, summary.json); an existing run resumes."})
     verifier: str | None = field(
@@ -149,6 +151,13 @@ class EvalArguments:
                                         "(--no_chat_template: the plain prompt)."}
     )
     chunk_size: int = field(default=50, metadata={"help": "Problems per chunk: one method call, then rows are saved."})
+    question_column: str | None = field(
+        default=None, metadata={"help": "Column of the question (default: the first of question, problem, prompt)."}
+    )
+    answer_column: str | None = field(
+        default=None, metadata={"help": "Column of the gold answer (default: the first of answer, solution, "
+                                        "completion; a '#### N' or '\\boxed{}' solution is reduced to its answer)."}
+    )
     n_world: int = field(default=500, metadata={"help": "World problems generated for --dataset world."})
     world_seed: int = field(default=0, metadata={"help": "Seed of the world problems."})
     data_dir: str | None = field(
@@ -366,17 +375,15 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[EvalArguments, types.
 
 def load_problems(args: EvalArguments) -> tuple[list[Problem], list[dict]]:
     """The problems of `--dataset` (first `--limit`), and world rows for the `exact` verifier."""
-    if args.dataset == "world" or args.dataset.startswith("world:"):
-        from reasoning.world import generate, row_to_problem, world_config_of
+    from reasoning.problem_sets import WorldDraw, load_problem_set
+    from reasoning.world import world_config_of
 
-        split = args.dataset.split(":", 1)[1] if ":" in args.dataset else "test"
-        config = world_config_of(args.policy if args.policy and Path(args.policy).is_dir() else None)
-        rows = generate(split, args.n_world, args.world_seed, config)
-        if args.limit is not None:
-            rows = rows[: args.limit]
-        return [row_to_problem(r) for r in rows], rows
-    problems = load_benchmark(args.dataset, data_dir=args.data_dir, limit=args.limit, source=args.source)
-    return problems, world_rows_of(problems)
+    world = WorldDraw(split="test", n=args.n_world, seed=args.world_seed,
+                      config=world_config_of(args.policy if args.policy and Path(args.policy).is_dir() else None))
+    loaded = load_problem_set(args.dataset, role="eval", limit=args.limit, world=world, data_dir=args.data_dir,
+                              source=args.source, question_column=args.question_column,
+                              answer_column=args.answer_column)
+    return loaded.problems, loaded.world_rows or world_rows_of(loaded.problems)
 
 
 def world_rows_of(problems: Sequence[Problem]) -> list[dict]:

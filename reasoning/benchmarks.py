@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reasoning.answers import parse_number
+from reasoning.answers import find_boxed, parse_number
 from reasoning.json_input import JSONInputError
 from reasoning.json_input import loads as json_loads
 from reasoning.types import ANSWER_KINDS, Problem
@@ -27,10 +27,12 @@ from reasoning.types import ANSWER_KINDS, Problem
 __all__ = [
     "BENCHMARKS",
     "is_benchmark_name",
+    "benchmark_spec",
     "BenchmarkSpec",
     "DatasetError",
     "HubFields",
     "default_data_dir",
+    "gold_answer",
     "load_benchmark",
     "load_jsonl_problems",
     "read_appended_jsonl",
@@ -58,6 +60,29 @@ def canonical_number(value: Any) -> str:
     if not math.isfinite(number):
         raise ValueError(f"not a finite number: {value!r}")
     return str(int(number)) if number.is_integer() else repr(number)
+
+
+def gold_answer(value: Any) -> str:
+    """The gold answer of an answer field: a GSM8K solution "... #### 1,080" gives "1080", a MATH
+    solution "... \\boxed{\\frac12}" gives "\\frac12", a number gives its canonical text, any
+    other text is kept (stripped)."""
+    if isinstance(value, bool) or value is None:
+        raise ValueError(f"not an answer: {value!r}")
+    if isinstance(value, int | float):
+        return canonical_number(value)
+    if not isinstance(value, str):
+        raise ValueError(f"an answer must be text or a number, got {type(value).__name__}")
+    text = value.strip()
+    if "####" in text:
+        answer = text.rsplit("####", 1)[1].strip()
+        try:
+            return canonical_number(answer)
+        except ValueError:
+            return answer.replace(",", "")
+    boxed = find_boxed(text)
+    if boxed is not None:
+        return boxed.strip()
+    return text
 
 
 def _gsm8k_answer(value: Any) -> str:
@@ -338,7 +363,7 @@ def _problem_from_row(row: dict[str, Any], answer_kind: KindSpec, where: str) ->
     return Problem(
         id=row["id"],
         question=row["question"],
-        answer=row["answer"],
+        answer=gold_answer(row["answer"]),
         answer_kind=kind,
         options=options,
         meta=meta,
@@ -490,8 +515,18 @@ def _load_from_hub(spec: BenchmarkSpec, limit: int | None) -> list[Problem]:
 # entry point
 
 
+_SQUASHED = {name.replace("_", ""): name for name in BENCHMARKS}
+
+
 def _registry_name(name: str) -> str:
-    return name.strip().lower().replace("-", "_")
+    """The registry key of a name as users write it: "GSM8K", "MATH-500", "math_500" ..."""
+    key = name.strip().lower().replace("-", "_")
+    return key if key in BENCHMARKS else _SQUASHED.get(key.replace("_", ""), key)
+
+
+def benchmark_spec(name: str) -> BenchmarkSpec:
+    """The registry entry of a benchmark name (KeyError when it is none)."""
+    return BENCHMARKS[_registry_name(name)]
 
 
 def is_benchmark_name(name: str) -> bool:

@@ -77,13 +77,13 @@ from typing import Any
 
 from inference.backends.base import Completion, Generator, SamplingParams
 from inference.backends.prompt_limits import PROMPT_TOO_LONG, prompts_fit
-from reasoning.benchmarks import DatasetError, load_benchmark, read_appended_jsonl
+from reasoning.benchmarks import DatasetError, read_appended_jsonl
 from reasoning.grading import grade
 from reasoning.prompts import explore_prompt, solve_prompt
 from reasoning.questions import QuestionError, check_questions
 from reasoning.steps import CLOSE_TAG, prefix_text, split_steps
 from reasoning.types import Problem
-from reasoning.world import earliest_error, generate, row_to_problem, world_config_of
+from reasoning.world import earliest_error, world_config_of
 
 __all__ = [
     "METHODS",
@@ -121,9 +121,18 @@ class AnnotateConfig:
     method: str = field(metadata={"help": "Annotation method.", "choices": list(METHODS)})
     policy: str = field(metadata={"help": "Policy model directory (save_pretrained) that samples the paths."})
     out: str = field(metadata={"help": "Output JSONL file (rows are appended; a run resumes)."})
-    data: str = field(default="world", metadata={"help": "'world', a benchmark registry name or a .jsonl file."})
+    data: str = field(default="world", metadata={"help": "'world', a .jsonl/.json/.parquet/.csv file, a save_to_disk "
+                                                          "folder (FOLDER[:SPLIT], default train) or a Hub id "
+                                                          "(ID[:CONFIG]:SPLIT); a test split (a benchmark name, a "
+                                                          "file named *test*) needs --allow_test_split."})
     n: int | None = field(default=None, metadata={"help": "Problems: world count (default 100), file limit."})
     split: str = field(default="train", metadata={"help": "World split for --data world."})
+    question_column: str | None = field(default=None, metadata={"help": "Column of the question (default: the "
+                                                                        "first of question, problem, prompt)."})
+    answer_column: str | None = field(default=None, metadata={"help": "Column of the gold answer (default: the first "
+                                                                      "of answer, solution, completion)."})
+    allow_test_split: bool = field(default=False, metadata={"help": "Annotate a test split all the same (its labels "
+                                                                    "train a verifier)."})
     seed: int = field(default=0, metadata={"help": "Seed of the world problems, sampling and ORM training."})
     batch_size: int = field(default=8, metadata={"help": "Problems annotated together (one generate call)."})
     gen_batch_size: int = field(default=64, metadata={"help": "Sequences per forward pass of the backend."})
@@ -170,6 +179,7 @@ class AnnotateConfig:
         skip = {"out", "n", "batch_size", "gen_batch_size", "overwrite", "disable_tqdm", "orm_dir"}
         if self.chat_template:  # recorded only when off, so files from before the flag still resume
             skip.add("chat_template")
+        skip.update(name for name in ("question_column", "answer_column", "allow_test_split") if not getattr(self, name))
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
 
 
@@ -757,11 +767,17 @@ class _LazyHFGenerator:
 
 
 def load_problems(cfg: AnnotateConfig) -> list[Problem]:
-    """The problems to annotate: world problems (with the policy's world config if it saved one) or a file."""
-    if cfg.data == "world":
-        rows = generate(cfg.split, 100 if cfg.n is None else cfg.n, cfg.seed, world_config_of(cfg.policy))
-        return [row_to_problem(r) for r in rows]
-    return load_benchmark(cfg.data, limit=cfg.n)
+    """The problems to annotate: world problems (with the policy's world config if it saved one) or
+    any dataset of `reasoning.problem_sets`; its labels train a verifier, so a test split is refused
+    unless --allow_test_split."""
+    from reasoning.problem_sets import WorldDraw, check_training_split, load_problem_set
+
+    world = WorldDraw(split=cfg.split, n=100 if cfg.n is None else cfg.n, seed=cfg.seed,
+                      config=world_config_of(cfg.policy))
+    loaded = load_problem_set(cfg.data, role="train", limit=None if cfg.data == "world" else cfg.n, world=world,
+                              question_column=cfg.question_column, answer_column=cfg.answer_column)
+    check_training_split(loaded, "--data", cfg.allow_test_split)
+    return loaded.problems
 
 
 def _problems_that_fit(generator, problems: list[Problem], cfg: AnnotateConfig) -> tuple[list[Problem], int]:

@@ -74,7 +74,13 @@ def main(argv: list[str] | None = None) -> int:
     from rl.ppo_setup import load_policy, load_problems
 
     torch.set_num_threads(args.num_threads or 1)
-    problems = load_problems(args.eval_dataset, args.n_eval, args, "test")[0]
+    from reasoning.benchmarks import DatasetError
+
+    try:
+        problems = load_problems(args.eval_dataset, args.n_eval, args, "test")[0]
+    except DatasetError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if not problems:
         print("error: no evaluation problems (--eval_dataset none?)", file=sys.stderr)
         return 2

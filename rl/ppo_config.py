@@ -78,11 +78,33 @@ class StepPPOConfig(TrainingArguments):
     dtype: str = field(default="auto", metadata={"help": "Model dtype: auto (float32 on CPU), bfloat16, float32."})
 
     # --- data ---------------------------------------------------------------------------------
-    dataset: str = field(default="world", metadata={"help": "Prompts: 'world', a benchmark name or a JSONL file."})
-    n_prompts: int = field(default=4000, metadata={"help": "World training prompts (a seed unseen in SFT)."})
-    eval_dataset: str = field(default="world", metadata={"help": "Greedy evaluation set: 'world', a benchmark, "
-                                                                  "a JSONL file, or 'none'."})
+    dataset: str = field(
+        default="world",
+        metadata={"help": "Training prompts: 'world' (its train split), a .jsonl/.json/.parquet/.csv file, a "
+                          "save_to_disk folder (FOLDER[:SPLIT], default train) or a Hub id (ID[:CONFIG]:SPLIT). "
+                          "A test split (a benchmark name, a file named *test*) is refused without "
+                          "--allow_test_split."},
+    )
+    n_prompts: int = field(default=4000, metadata={"help": "Training prompts (the first N; world: drawn with a seed "
+                                                            "unseen in SFT)."})
+    eval_dataset: str = field(default="world", metadata={"help": "Greedy evaluation set: 'world' (its test split), a "
+                                                                  "benchmark, a file, a folder, a Hub id, or 'none'. "
+                                                                  "It may share no question with --dataset."})
     n_eval: int = field(default=500, metadata={"help": "Evaluation problems (world: the test split)."})
+    question_column: str | None = field(
+        default=None,
+        metadata={"help": "Column of the question in --dataset / --eval_dataset rows (default: the first of "
+                          "question, problem, prompt)."},
+    )
+    answer_column: str | None = field(
+        default=None,
+        metadata={"help": "Column of the gold answer (default: the first of answer, solution, completion); a GSM8K "
+                          "'... #### N' or a MATH '\\boxed{...}' solution is reduced to its answer."},
+    )
+    allow_test_split: bool = field(
+        default=False,
+        metadata={"help": "Train on a test split all the same (a benchmark's test set, a file named *test*)."},
+    )
     n_probe: int = field(
         default=100,
         metadata={"help": "Probe problems for the learning curve (world: the dev split; otherwise the first "

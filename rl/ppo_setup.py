@@ -11,9 +11,17 @@ from pathlib import Path
 
 import torch
 
-from reasoning.benchmarks import BENCHMARKS, is_benchmark_name, load_benchmark, load_jsonl_problems
+from reasoning.benchmarks import DatasetError
+from reasoning.problem_sets import (
+    ProblemSet,
+    WorldDraw,
+    check_disjoint,
+    check_source,
+    check_training_split,
+    load_problem_set,
+)
 from reasoning.types import Problem
-from reasoning.world import generate, row_to_problem, world_config_of
+from reasoning.world import world_config_of
 from rl.ppo_config import ConfigError, StepPPOConfig
 
 DEFAULT_POLICY = "outputs/sft_tiny"
@@ -155,11 +163,7 @@ def check_inputs(args: StepPPOConfig) -> None:
             if "exact" in spec_parts(args.verifier) and args.dataset != "world":
                 raise ValueError("the exact verifier checks world problems only: use --dataset world")
         for flag, name in (("--dataset", args.dataset), ("--eval_dataset", args.eval_dataset)):
-            if name.endswith(".jsonl") and not Path(name).is_file():
-                raise ValueError(f"{flag} {name}: no such file")
-            if name not in ("world", "none") and not Path(name).is_file() and not is_benchmark_name(name):
-                raise ValueError(f"{flag} {name!r}: not 'world', a JSONL file or a benchmark "
-                                 f"({', '.join(sorted(BENCHMARKS))})")
+            check_source(name, flag)
         check_run_dir(args)
     except ValueError as err:
         raise ConfigError(str(err)) from None
@@ -268,17 +272,37 @@ def load_critic(args: StepPPOConfig, tokenizer):
     return critic
 
 
+def load_problem_sets(name: str, n: int, args: StepPPOConfig, split: str) -> ProblemSet:
+    """The first `n` problems of `name` as a train (`split` "train") or evaluation set; world
+    training prompts are drawn with a seed SFT never saw."""
+    seed = args.world_seed + (PROMPT_SEED_OFFSET if split == "train" else 0)
+    world = WorldDraw(split=split, n=n, seed=seed, config=world_config_of(args.policy))
+    return load_problem_set(name, role="train" if split == "train" else "eval", limit=n, world=world,
+                            question_column=args.question_column, answer_column=args.answer_column)
+
+
 def load_problems(name: str, n: int, args: StepPPOConfig, split: str) -> tuple[list[Problem], list[dict]]:
     """Problems and, for the world, their rows (the `exact` verifier reads them)."""
-    if name == "world":
-        seed = args.world_seed + (PROMPT_SEED_OFFSET if split == "train" else 0)
-        rows = generate(split, n, seed, world_config_of(args.policy))
-        return [row_to_problem(r) for r in rows], rows
-    if name.endswith(".jsonl"):
-        problems = load_jsonl_problems(name)
-    else:
-        problems = load_benchmark(name)
-    return list(problems)[:n], []
+    loaded = load_problem_sets(name, n, args, split)
+    return loaded.problems, loaded.world_rows
+
+
+def load_run_problems(args: StepPPOConfig) -> tuple[ProblemSet, ProblemSet | None]:
+    """The training prompts and the evaluation set of a run, checked (ConfigError, one line): the
+    prompts are not a test split unless --allow_test_split, and share no question with the
+    evaluation set."""
+    try:
+        train = load_problem_sets(args.dataset, args.n_prompts, args, "train")
+        check_training_split(train, "--dataset", args.allow_test_split)
+        if not train.problems:
+            raise DatasetError(f"--dataset {args.dataset}: no problems")
+        evaluation = None
+        if args.eval_dataset != "none":
+            evaluation = load_problem_sets(args.eval_dataset, args.n_eval, args, "test")
+            check_disjoint(train, evaluation)
+    except DatasetError as err:
+        raise ConfigError(str(err)) from None
+    return train, evaluation
 
 
 def load_verifier_for(args: StepPPOConfig, world_rows: list[dict], device):

@@ -31,14 +31,15 @@ def main(argv: list[str] | None = None) -> int:
         load_critic,
         load_policy,
         load_probe_problems,
-        load_problems,
+        load_run_problems,
         load_verifier_for,
     )
     from rl.ppo_trainer import StepPPOTrainer
 
-    try:  # every flag, recipe, path and OUTPUT_DIR error before the first model loads
+    try:  # every flag, recipe, path, data and OUTPUT_DIR error before the first model loads
         args = parse_config(argv)
         check_inputs(args)
+        train_set, eval_set = load_run_problems(args)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -52,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.num_threads or max(1, available_cores() // state.num_processes))
     ensure_default_models(args, state.is_main_process)
     state.wait_for_everyone()
-    train, train_rows = load_problems(args.dataset, args.n_prompts, args, "train")
-    evaluation = [] if args.eval_dataset == "none" else load_problems(args.eval_dataset, args.n_eval, args, "test")[0]
+    train, train_rows = train_set.problems, train_set.world_rows
+    evaluation = [] if eval_set is None else eval_set.problems
     probe = load_probe_problems(args, train)
     try:  # empty questions refused, prompts beyond the context left out and counted
         sets, prompt_too_long = check_prompt_sets(args, {"train": train, "eval": evaluation, "probe": probe})
