@@ -4,7 +4,10 @@ subclass whose defaults are the embedded CPU run; a YAML recipe (`--config`) tur
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
 
 from transformers import TrainingArguments
 
@@ -346,6 +349,111 @@ def check_online_update(config: StepPPOConfig) -> None:
         raise ValueError(f"--verifier_online_learning_rate must be > 0, got {config.verifier_online_learning_rate}")
 
 
+INHERITED_IN_USE = frozenset({
+    "output_dir", "overwrite_output_dir", "learning_rate", "lr_scheduler_type", "weight_decay", "max_grad_norm",
+    "adam_beta1", "adam_beta2", "adam_epsilon", "warmup_steps", "warmup_ratio", "bf16", "seed", "save_steps",
+    "save_total_limit", "logging_steps", "logging_dir", "report_to", "run_name", "project", "disable_tqdm",
+    "gradient_checkpointing", "resume_from_checkpoint", "push_to_hub", "hub_model_id", "hub_token",
+    "hub_private_repo", "max_steps",
+})
+"""The `TrainingArguments` fields that step PPO reads; every other inherited flag is refused."""
+
+INHERITED_INSTEAD = {
+    "per_device_train_batch_size": "--prompts_per_update (prompts per update per process) and --samples_per_prompt",
+    "per_device_eval_batch_size": "--greedy_eval_batch_size",
+    "auto_find_batch_size": "--prompts_per_update and --generation_batch_size",
+    "gradient_accumulation_steps": "--num_mini_batches (minibatches per pass over a rollout batch)",
+    "num_train_epochs": "--max_steps (PPO updates)",
+    "optim": "--learning_rate, --weight_decay, --adam_beta1, --adam_beta2, --adam_epsilon (step PPO uses AdamW)",
+    "eval_strategy": "--eval_dataset (greedy accuracy before and after) and --probe_every (a learning curve)",
+    "eval_steps": "--probe_every",
+    "do_eval": "--eval_dataset",
+    "save_strategy": "--save_steps (0: only at the end)",
+    "logging_strategy": "--logging_steps",
+    "fp16": "--dtype float16, or --bf16",
+    "hub_strategy": "--push_to_hub (it pushes every checkpoint and the final policy)",
+    "data_seed": "--seed",
+}
+"""What to use instead of an inherited flag that step PPO does not read."""
+
+TRACKER_MODULES = {"wandb": ("wandb",), "tensorboard": ("tensorboard", "tensorboardX"), "trackio": ("trackio",),
+                   "comet_ml": ("comet_ml",), "aim": ("aim",), "mlflow": ("mlflow",), "clearml": ("clearml",),
+                   "dvclive": ("dvclive",), "swanlab": ("swanlab",)}
+"""The trackers of `--report_to` and the package each needs."""
+
+
+def _close(name: str, names) -> str:
+    match = difflib_match(name, names)
+    return f"; did you mean --{match}?" if match else ""
+
+
+def given_names(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(flags on the command line, keys of the `--config` recipe), as field names."""
+    import yaml
+
+    flags, keys = [], []
+    for i, token in enumerate(argv):
+        if token.startswith("--") and len(token) > 2:
+            flags.append(token[2:].split("=", 1)[0])
+            if token == "--config" and i + 1 < len(argv):
+                try:
+                    recipe = yaml.safe_load(Path(argv[i + 1]).read_text())
+                except (OSError, yaml.YAMLError, UnicodeDecodeError):
+                    recipe = None  # the parser reports it
+                if isinstance(recipe, dict):
+                    keys.extend(str(k) for k in recipe if k != "env")
+            elif token.startswith("--config="):
+                flags[-1] = "config"
+    flags = [f for f in flags if f != "config"]
+    bools = {f.name for f in fields(StepPPOConfig) if isinstance(f.default, bool)}  # argparse adds --no_X
+    flags = [f[3:] if f.startswith("no_") and f[3:] in bools else f for f in flags]
+    return flags, keys
+
+
+def check_given_names(argv: list[str]) -> None:
+    """ConfigError (one line) for a flag or recipe key step PPO does not know (with the closest name)
+    or an inherited `TrainingArguments` flag it does not use (with the flag that does it)."""
+    flags, keys = given_names(argv)
+    own = set(StepPPOConfig.__annotations__)
+    known = {f.name for f in fields(StepPPOConfig)}
+    usable = own | INHERITED_IN_USE
+    for name, where in [*((k, "recipe key") for k in keys), *((f, "flag") for f in flags)]:
+        if name not in known:
+            if where == "recipe key":
+                continue  # the parser names it with its value; parse_config adds the closest name
+            raise ConfigError(f"unknown {where} --{name}{_close(name, usable)}")
+        if name not in usable:
+            instead = INHERITED_INSTEAD.get(name)
+            hint = f"use {instead}" if instead else "remove it (--help lists the flags that work)"
+            raise ConfigError(f"--{name} is a TrainingArguments flag that step PPO does not use: {hint}")
+
+
+def check_report_to(value) -> None:
+    """ConfigError (one line) for a tracker that does not exist or is not installed."""
+    import importlib.util
+
+    from rl.tracking import report_to
+
+    for tracker in report_to(value):
+        if tracker == "all":
+            continue
+        modules = TRACKER_MODULES.get(tracker)
+        if modules is None:
+            match = difflib_match(tracker, TRACKER_MODULES)
+            raise ConfigError(f"--report_to {tracker}: not a tracker (one of none, all, {', '.join(TRACKER_MODULES)})"
+                              + (f"; did you mean {match}?" if match else ""))
+        if not any(importlib.util.find_spec(m) is not None for m in modules):
+            raise ConfigError(f"--report_to {tracker}: {modules[0]} is not installed (pip install {modules[0]}, or "
+                              "pip install 'steprl[tracking]'), or pass --report_to none")
+
+
+def difflib_match(name: str, names) -> str | None:
+    import difflib
+
+    match = difflib.get_close_matches(name, list(names), n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
 _SIMPLE_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
 
 
@@ -376,14 +484,30 @@ def parse_config(argv: list[str] | None = None) -> StepPPOConfig:
         raise ConfigError(message)
 
     parser.error = error  # type: ignore[method-assign]
+    argv = list(sys.argv[1:] if argv is None else argv)
+    check_given_names(argv)
     try:
         (config,) = parser.parse_args_and_config(args=argv)
     except ConfigError:
         raise
     except (ValueError, TypeError, AttributeError, OSError, yaml.YAMLError) as err:
         message = " ".join(str(err).split(". Please remove them")[0].split())
+        unknown = [k for k in given_names(argv)[1] if k not in {f.name for f in fields(StepPPOConfig)}]
+        if unknown and "Unknown arguments" in message:
+            message += _close(unknown[0], set(StepPPOConfig.__annotations__) | INHERITED_IN_USE)
         raise ConfigError(message or type(err).__name__) from None
     check_field_types(config)
+    check_report_to(config.report_to)
+    flags, keys = given_names(argv)
+    if "max_steps" in flags or "max_steps" in keys:  # TRL's name of the number of updates
+        if config.max_steps < 1:
+            raise ConfigError(f"--max_steps must be >= 1, got {config.max_steps}")
+        if ("num_updates" in flags or "num_updates" in keys) and config.num_updates != config.max_steps:
+            raise ConfigError(f"--max_steps {config.max_steps} and --num_updates {config.num_updates} disagree: "
+                              "give one")
+        config.num_updates = config.max_steps
+    if config.push_to_hub and os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
+        raise ConfigError("--push_to_hub needs the Hub, and HF_HUB_OFFLINE is set")
     try:
         config.validate()
     except ValueError as err:

@@ -23,6 +23,7 @@ Policy and critic are wrapped in one module so DDP and DeepSpeed see one model a
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import shutil
@@ -732,7 +733,9 @@ class StepPPOTrainer:
         return out
 
     def save_checkpoint(self) -> Path:
-        """Accelerate state (model, optimizer, scheduler, RNG of every rank) plus ours, atomically."""
+        """Accelerate state (model, optimizer, scheduler, RNG of every rank) plus ours, atomically;
+        beside it the policy as `save_pretrained` (CHECKPOINT/policy: the model, or its LoRA
+        adapter, and the tokenizer) and a `transformers.TrainerState` trainer_state.json."""
         final = self.out / f"checkpoint-{self.update}"
         tmp = self.out / f".tmp-checkpoint-{self.update}"
         if self.accelerator.is_main_process and tmp.exists():
@@ -743,13 +746,23 @@ class StepPPOTrainer:
             state = {"update": self.update, "skipped_batches": self.skipped_batches,
                      "kl_coef": float(self.kl_ctl.value), "reward_stats": self.reward_stats.state_dict(),
                      "train_seconds": self.train_seconds()}
-            (tmp / "trainer_state.json").write_text(json.dumps(state))
+            (tmp / RESUME_STATE).write_text(json.dumps(state))
             for k, prm in enumerate(self.online_prms):
                 torch.save(prm.online_state(), tmp / f"implicit_prm_{k}.pt")
+            write_trainer_state(tmp / "trainer_state.json", self.args, self.update, self.out / "metrics.jsonl")
+            _save_policy(self._unwrapped_policy(), self.tokenizer, tmp / "policy")
+            from reasoning.world import carry_world_files
+
+            carry_world_files(self.args.policy, tmp / "policy")
             if final.exists():
                 shutil.rmtree(final)
             os.replace(tmp, final)
             self._prune_checkpoints()
+            if self.args.push_to_hub:
+                from rl.hub import push_folder
+
+                push_folder(self.args, final / "policy", f"checkpoint-{self.update}",
+                            f"step PPO checkpoint at update {self.update}")
         self.accelerator.wait_for_everyone()
         return final
 
@@ -763,7 +776,8 @@ class StepPPOTrainer:
 
     def load_checkpoint(self, path: Path) -> None:
         self.accelerator.load_state(str(path))
-        state = json.loads((path / "trainer_state.json").read_text())
+        own = path / RESUME_STATE  # checkpoints written before it kept this state in trainer_state.json
+        state = json.loads((own if own.exists() else path / "trainer_state.json").read_text())
         self.update = state["update"]
         self.skipped_batches = state["skipped_batches"]
         self.kl_ctl.value = state["kl_coef"]
@@ -821,14 +835,17 @@ class StepPPOTrainer:
         bar = tqdm(total=args.num_updates, initial=self.update, desc="ppo",
                    disable=not self.accelerator.is_main_process or args.disable_tqdm)
         save_every = int(args.save_steps) if args.save_steps else 0
+        log_every = every_n_updates(args.logging_steps, args.num_updates)
         while self.update < args.num_updates:
             metrics = self.step(self.update)
             self.update += 1
             metrics["update"] = self.update
-            if probing and (self.update % args.probe_every == 0 or self.update == args.num_updates):
+            probed = probing and (self.update % args.probe_every == 0 or self.update == args.num_updates)
+            if probed:
                 metrics.update(self.probe())
             metrics["elapsed"] = self.train_seconds()
-            if self.accelerator.is_main_process:
+            logged = probed or self.update % log_every == 0 or self.update == args.num_updates
+            if self.accelerator.is_main_process and logged:
                 with metrics_path.open("a") as fh:
                     fh.write(json.dumps(metrics) + "\n")
                 self.accelerator.log(metrics, step=self.update)
@@ -853,6 +870,10 @@ class StepPPOTrainer:
             for k, prm in enumerate(self.online_prms):  # loadable as implicit:OUTPUT_DIR/implicit_prm
                 prm.save_pretrained(str(self.out / ("implicit_prm" if k == 0 else f"implicit_prm_{k}")),
                                     extra={"online_updates": self.update, "trained_from": prm.path})
+            if args.push_to_hub:
+                from rl.hub import push_folder
+
+                push_folder(args, self.out / "policy", None, f"step PPO policy after {self.update} updates")
             result = {"updates": self.update, "skipped_batches": self.skipped_batches, "reward": args.reward,
                       "reward_shaping": args.reward_shaping, "advantage_estimator": args.advantage_estimator,
                       "processes": self.accelerator.num_processes,
@@ -920,6 +941,14 @@ def scheduler_steps(config: StepPPOConfig, num_processes: int) -> int:
     return config.num_updates * config.ppo_epochs * config.num_mini_batches * max(1, num_processes)
 
 
+def every_n_updates(steps: float, total: int) -> int:
+    """`logging_steps` / `save_steps` as a whole number of updates: a value below 1 is a share of
+    the run (TrainingArguments' convention), 0 or less means every update."""
+    if steps <= 0:
+        return 1
+    return max(1, math.ceil(steps * total)) if steps < 1 else int(steps)
+
+
 def _add(stats: dict[str, list[float]], key: str, value: float) -> None:
     stats.setdefault(key, []).append(value)
 
@@ -945,6 +974,31 @@ def _truncate_metrics(path: Path, update: int) -> None:
         if row.get("update", 0) <= update:
             keep.append(row)
     _write_jsonl(path, keep)
+
+
+RESUME_STATE = "step_ppo_state.json"
+"""What a checkpoint adds to accelerate's state to resume: update, KL coefficient, reward statistics."""
+
+
+def write_trainer_state(path: Path, config: StepPPOConfig, update: int, metrics_path: Path) -> None:
+    """trainer_state.json as `transformers.TrainerState` writes it (`TrainerState.load_from_json`
+    reads it): the update as global_step, the metric lines so far as log_history."""
+    from transformers import TrainerState
+
+    history = []
+    if metrics_path.exists():
+        for line in metrics_path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict) and row.get("update", 0) <= update:
+                history.append({**row, "step": row.get("update", 0)})
+    state = TrainerState(global_step=update, max_steps=config.num_updates, logging_steps=config.logging_steps,
+                         save_steps=config.save_steps,
+                         train_batch_size=config.prompts_per_update * config.samples_per_prompt,
+                         log_history=history)
+    state.save_to_json(str(path))
 
 
 def latest_checkpoints(out: Path) -> list[Path]:

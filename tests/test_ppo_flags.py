@@ -1,0 +1,114 @@
+"""PPO's flags: inherited `TrainingArguments` flags work or are refused, `--report_to` is checked
+first, a typo gets the closest name; checkpoints hold a policy that `from_pretrained` loads and a
+`TrainerState` trainer_state.json; `--push_to_hub` pushes each checkpoint and the final policy."""
+
+import json
+
+import pytest
+
+from rl import ppo_step
+from rl.ppo_config import ConfigError, parse_config
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--per_device_train_batch_size", "8"], "--per_device_train_batch_size is a TrainingArguments flag that step "
+                                             "PPO does not use: use --prompts_per_update"),
+    (["--gradient_accumulation_steps", "4"], "use --num_mini_batches"),
+    (["--num_train_epochs", "3"], "use --max_steps"),
+    (["--optim", "sgd"], "step PPO uses AdamW"),
+    (["--torch_compile", "true"], "--torch_compile is a TrainingArguments flag that step PPO does not use: remove it"),
+    (["--rewrad", "step"], "unknown flag --rewrad; did you mean --reward?"),
+    (["--report_to", "wandbb"], "--report_to wandbb: not a tracker (one of none, all, wandb"),
+])
+def test_flags_that_would_do_nothing_are_refused_in_one_line_before_anything_runs(flags, message, tmp_path, capsys,
+                                                                                  monkeypatch):
+    import rl.ppo_setup
+
+    def nothing(*args, **kwargs):
+        raise AssertionError("the run started before its flags were checked")
+
+    monkeypatch.setattr(rl.ppo_setup, "ensure_default_models", nothing)  # the 8-minute default build
+    monkeypatch.setattr(rl.ppo_setup, "check_inputs", nothing)
+    code = ppo_step.main(["--output_dir", str(tmp_path / "run"), *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err, err
+    assert err.count("\n") == 1 and err.startswith("error: "), err
+
+
+def test_a_recipe_key_typo_names_the_closest_key(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("kl_cof: 0.1\n")
+    with pytest.raises(ConfigError, match=r"Unknown arguments from config file: \['--kl_cof', '0.1'\]; did you mean "
+                                          r"--kl_coef\?"):
+        parse_config(["--config", str(recipe)])
+    recipe.write_text("optim: adafactor\n")
+    with pytest.raises(ConfigError, match="--optim is a TrainingArguments flag"):
+        parse_config(["--config", str(recipe)])
+
+
+def test_a_tracker_that_is_not_installed_is_refused(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    with pytest.raises(ConfigError, match=r"--report_to wandb: wandb is not installed \(pip install wandb"):
+        parse_config(["--report_to", "wandb"])
+
+
+def test_max_steps_is_the_number_of_updates():
+    assert parse_config(["--max_steps", "7"]).num_updates == 7
+    assert parse_config([]).num_updates == 120
+    with pytest.raises(ConfigError, match="--max_steps 3 and --num_updates 4 disagree"):
+        parse_config(["--max_steps", "3", "--num_updates", "4"])
+    assert parse_config(["--no_chat_template"]).chat_template is False
+
+
+class _FakeHub:
+    calls: list = []
+
+    def __init__(self, token=None):
+        pass
+
+    def create_repo(self, repo_id, **kwargs):
+        _FakeHub.calls.append(("create", repo_id))
+        return type("Repo", (), {"repo_id": f"someone/{repo_id}"})()
+
+    def upload_folder(self, repo_id, folder_path, path_in_repo=None, **kwargs):
+        from pathlib import Path
+
+        _FakeHub.calls.append(("upload", repo_id, path_in_repo, sorted(p.name for p in Path(folder_path).iterdir())))
+
+
+def test_logging_steps_checkpoints_that_load_and_push_to_hub(tmp_path, monkeypatch):
+    import huggingface_hub
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerState
+
+    from tests.tiny_world_policy import save_tiny_world_policy
+
+    policy = save_tiny_world_policy(tmp_path / "policy")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub, "HfApi", _FakeHub)
+    _FakeHub.calls = []
+    out = tmp_path / "run"
+    argv = ["--policy", str(policy), "--reward", "gold", "--build_missing", "false", "--max_steps", "3",
+            "--prompts_per_update", "2", "--samples_per_prompt", "2", "--num_mini_batches", "1", "--n_prompts", "8",
+            "--eval_dataset", "none", "--n_probe", "0", "--max_new_tokens", "8", "--save_steps", "2",
+            "--logging_steps", "2", "--num_threads", "1", "--disable_tqdm", "true", "--report_to", "none",
+            "--output_dir", str(out), "--push_to_hub", "true", "--hub_model_id", "tiny-ppo"]
+    assert ppo_step.main(argv) == 0
+    # logging_steps 2 over 3 updates: update 2 and the last one
+    assert [json.loads(line)["update"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [2, 3]
+    ckpt = out / "checkpoint-2"
+    model = AutoModelForCausalLM.from_pretrained(ckpt / "policy")
+    assert AutoTokenizer.from_pretrained(ckpt / "policy") is not None and model.config.vocab_size > 0
+    assert (ckpt / "policy" / "world_config.json").exists()
+    state = TrainerState.load_from_json(str(ckpt / "trainer_state.json"))
+    assert state.global_step == 2 and state.max_steps == 3 and [r["step"] for r in state.log_history] == [2]
+    uploads = [c for c in _FakeHub.calls if c[0] == "upload"]
+    assert [(c[1], c[2]) for c in uploads] == [("someone/tiny-ppo", "checkpoint-2"),
+                                               ("someone/tiny-ppo", "checkpoint-3"), ("someone/tiny-ppo", None)]
+    assert "model.safetensors" in uploads[0][3] and "config.json" in uploads[-1][3]
+    # the accelerate state beside it still resumes
+    more = [a if a != "3" else "4" for a in argv]
+    assert ppo_step.main([*more, "--resume_from_checkpoint", "auto"]) == 0
+    assert json.loads((out / "eval.json").read_text())["updates"] == 4
