@@ -328,11 +328,12 @@ def validate(cfg: CompareConfig) -> None:
     if len(set(cfg.policies)) != len(cfg.policies):
         raise CompareError("policies: a policy is named twice")
     for name, run in cfg.ppo.runs.items():
-        clash = sorted(set(run.args) & set(BUDGET_KEYS))
+        budget = {ppo_flag_name(k) for k in BUDGET_KEYS}
+        clash = sorted(k for k in run.args if ppo_flag_name(k) in budget)
         if clash:
             raise CompareError(f"ppo.runs.{name}.args.{clash[0]}: a budget flag; set it in ppo.args so every "
                                "PPO run has the same budget")
-        for key in ("policy", "verifier", "output_dir", "reward"):
+        for key in ("policy", "model_name_or_path", "verifier", "output_dir", "reward"):
             if key in run.args or key in cfg.ppo.args:
                 raise CompareError(f"ppo args: {key} is set by compare (use ppo.runs.<name>.reward, sft.path, psv.path)")
     if "output_dir" in cfg.sft.args:
@@ -440,13 +441,32 @@ def check_training_flags(cfg: CompareConfig) -> None:
     for name, run in cfg.ppo.runs.items():
         if name not in cfg.policies or run.path:
             continue
-        values = {**{k: ("ppo.args", v) for k, v in cfg.ppo.args.items()},
-                  **{k: (f"ppo.runs.{name}.args", v) for k, v in run.args.items()}, "reward": (f"ppo.runs.{name}.reward", run.reward)}
+        values = {**{ppo_flag_name(k): ("ppo.args", v) for k, v in ppo_flags(cfg.ppo.args).items()},
+                  **{ppo_flag_name(k): (f"ppo.runs.{name}.args", v) for k, v in ppo_flags(run.args).items()},
+                  "reward": (f"ppo.runs.{name}.reward", run.reward)}
         (ppo,) = _parse_flags("rl/ppo_step.py", (StepPPOConfig,), values)
         try:
             ppo.validate()
         except ValueError as e:
             raise CompareError(f"ppo.runs.{name} (with ppo.args): {e}") from None
+
+
+def ppo_flag_name(key: str) -> str:
+    """A PPO flag of a compare config by its current name (configs may use the earlier names)."""
+    from rl.ppo_config import DEPRECATED_NAMES
+
+    return DEPRECATED_NAMES.get(key, key)
+
+
+def ppo_flags(args: dict[str, Any]) -> dict[str, Any]:
+    """PPO flags of a compare config under their current names (`rl.ppo_config.rename_settings`),
+    with no deprecation line: the compare config's own vocabulary keeps the earlier names."""
+    from rl.ppo_config import ConfigError, rename_settings
+
+    try:
+        return rename_settings(args, where=None)
+    except ConfigError as err:
+        raise CompareError(f"ppo args: {err}") from None
 
 
 def _parse_flags(script: str, types: tuple[type, ...], values: dict[str, tuple[str, Any]]) -> list[Any]:

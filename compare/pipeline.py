@@ -24,6 +24,8 @@ from compare.config import (
     CompareError,
     method_config,
     plain,
+    ppo_flag_name,
+    ppo_flags,
 )
 from compare.curves import sample_curve, stepco_curve, token_sources
 from compare.evaluation import cells, eval_groups, evaluate_policy, load_eval_problems, read_cell
@@ -32,7 +34,8 @@ from compare.plot import plot
 from compare.report import write_report
 from compare.train import build_ppo_inline, build_psv, build_sft, finish_ppo, ppo_command
 
-SCRIPT = ROOT / "scripts" / "compare.py"
+STAGE_COMMAND = [sys.executable, "-m", "compare"]
+"""How a stage runs in its own process: `python -m compare`, there from a checkout and a wheel alike."""
 """The entry point the evaluation subprocesses run (with --stage)."""
 
 
@@ -92,7 +95,7 @@ def run(cfg: CompareConfig, out: Path, command: str = "") -> dict[str, Any]:
         dep = [f"ppo_{name}"] if f"ppo_{name}" in train_jobs else []
         for k, group in enumerate(groups):
             stage = f"eval:{name}" + (f":{'+'.join(group)}" if len(groups) > 1 else "")
-            cmd = [sys.executable, str(SCRIPT), "--stage", stage, "--resolved",
+            cmd = [*STAGE_COMMAND, "--stage", stage, "--resolved",
                    str(out / RESOLVED), "--out", str(out)]
             job_name = f"eval_{name}" + (f"_{k + 1}" if len(groups) > 1 else "")
             jobs.append(Job(name=job_name, inline=lambda n=name, g=group: evaluate_policy(cfg, n, out, g),
@@ -143,12 +146,12 @@ def run(cfg: CompareConfig, out: Path, command: str = "") -> dict[str, Any]:
                                "hash": None if art.given else art.hash, "seconds": marker.get("seconds"), "info": info}
     ppo_budget = None
     if any(a.kind == "ppo" and not a.given for a in arts.values()):
-        a = cfg.ppo.args
-        ppo_budget = {k: a.get(k) for k in BUDGET_KEYS}
+        a = ppo_flags(cfg.ppo.args)
+        ppo_budget = {k: a.get(ppo_flag_name(k)) for k in BUDGET_KEYS}
         from rl.ppo_config import StepPPOConfig
 
         defaults = {f.name: f.default for f in dataclasses.fields(StepPPOConfig)}
-        ppo_budget = {k: (v if v is not None else defaults.get(k)) for k, v in ppo_budget.items()}
+        ppo_budget = {k: (v if v is not None else defaults.get(ppo_flag_name(k))) for k, v in ppo_budget.items()}
         ppo_budget["responses"] = ppo_budget["num_updates"] * ppo_budget["prompts_per_update"] * ppo_budget[
             "samples_per_prompt"]
     report_seconds = time.time() - t2

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from compare.cache import MARKER, Artefact, verifier_spec, write_marker
-from compare.config import ROOT, VERIFIER_LM, CompareConfig, CompareError, to_argv
+from compare.config import ROOT, VERIFIER_LM, CompareConfig, CompareError, ppo_flags, to_argv
 from compare.jobs import log, run_logged
 
 
@@ -35,8 +35,8 @@ def ppo_argv(cfg: CompareConfig, name: str, arts: dict[str, Artefact]) -> list[s
     if "num_threads" not in cfg.ppo.args and "num_threads" not in run.args:
         # PPO runs side by side share the cores: one torch thread each; a run alone may use them all
         threads = ["--num_threads", "1" if cfg.workers > 1 else "0"]
-    return to_argv({**cfg.ppo.args, **run.args}) + [
-        "--reward", run.reward, "--policy", arts["sft"].spec, "--verifier", verifier_spec(cfg, arts),
+    return to_argv(ppo_flags({**cfg.ppo.args, **run.args})) + [
+        "--reward", run.reward, "--model_name_or_path", arts["sft"].spec, "--verifier", verifier_spec(cfg, arts),
         "--output_dir", str(art.dir), "--build_missing", "false", "--resume_from_checkpoint", "auto", *threads]
 
 

@@ -54,9 +54,21 @@ def load_into(policy, state: dict) -> None:
                          f"unexpected {sorted(unexpected)[:5]}")
 
 
+USAGE = """usage: python -m rl.checkpoint_curve --output_dir RUN [--num_threads N] [--n_eval N] [--eval_dataset D] ...
+
+Greedy accuracy of every checkpoint-N of the PPO run in RUN, against the run's starting policy.
+Only --output_dir is needed: every other setting is the run's own (RUN/run_config.json); any flag
+of rl/ppo_step.py given here overrides it (python -m rl.ppo_step --help lists them).
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
     from rl.ppo_config import ConfigError, parse_config
     from rl.run_dir import with_stored_settings
+
+    if {"-h", "--help"} & set(sys.argv[1:] if argv is None else argv):
+        print(USAGE, end="")
+        return 0
 
     try:
         args = parse_config(argv)

@@ -8,6 +8,7 @@ import os
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from transformers import TrainingArguments
 
@@ -36,12 +37,15 @@ class StepPPOConfig(TrainingArguments):
     )
 
     # --- models -------------------------------------------------------------------------------
-    policy: str = field(default="outputs/sft_tiny", metadata={"help": "SFT policy directory or Hub id."})
+    model_name_or_path: str = field(
+        default="outputs/sft_tiny",
+        metadata={"help": "The policy: an SFT save_pretrained directory or a Hub id (was --policy)."},
+    )
     sft_seed: int = field(
         default=0,
-        metadata={"help": "Training seed of the tiny SFT policy built first when --policy is the default path and "
-                          "absent (`python -m rl.sft --seed`): each seed draws another policy, as a user's own "
-                          "SFT run would. A default policy already there that was built with another seed is "
+        metadata={"help": "Training seed of the tiny SFT policy built first when --model_name_or_path is the default "
+                          "path and absent (`python -m rl.sft --seed`): each seed draws another policy, as a user's "
+                          "own SFT run would. A default policy already there that was built with another seed is "
                           "refused before anything loads."},
     )
     verifier: str = field(
@@ -121,25 +125,29 @@ class StepPPOConfig(TrainingArguments):
     world_seed: int = field(default=0, metadata={"help": "Seed of the world's test split (as in SFT)."})
 
     # --- rollouts -----------------------------------------------------------------------------
-    num_updates: int = field(default=120, metadata={"help": "PPO updates (rollout batch, then optimisation)."})
+    max_steps: int = field(default=120, metadata={"help": "PPO updates (rollout batch, then optimisation; was "
+                                                          "--num_updates)."})
     prompts_per_update: int = field(default=16, metadata={"help": "Prompts per update per process."})
-    samples_per_prompt: int = field(default=8, metadata={"help": "Responses sampled per prompt (a group)."})
+    num_generations: int = field(default=8, metadata={"help": "Responses sampled per prompt, a group (was "
+                                                               "--samples_per_prompt)."})
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of rollouts."})
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling of rollouts."})
-    max_new_tokens: int = field(default=128, metadata={"help": "Response length limit."})
+    max_completion_length: int = field(default=128, metadata={"help": "Response length limit in tokens (was "
+                                                                       "--max_new_tokens)."})
     chat_template: bool = field(
         default=True,
         metadata={"help": "Prompt the policy through its tokenizer's chat template when it has one, in rollouts "
                           "and greedy evaluation alike (false: the plain prompt)."},
     )
-    rollout_backend: str = field(
-        default="hf",
-        metadata={"help": "hf (transformers generate) or vllm (GPU, the [vllm] extra, a clear error without it: a "
-                          "colocated engine that gets the policy's weights before every rollout; see docs/ppo.md)."},
+    use_vllm: bool = field(
+        default=False,
+        metadata={"help": "Sample rollouts with a colocated vLLM engine (GPU, the [vllm] extra, a clear error without "
+                          "it: it gets the policy's weights before every rollout; see docs/ppo.md); false: "
+                          "transformers generate (was --rollout_backend hf|vllm)."},
     )
     vllm_gpu_memory_utilization: float = field(
         default=0.3,
-        metadata={"help": "rollout_backend=vllm: share of each GPU's memory the colocated vLLM engine takes "
+        metadata={"help": "--use_vllm: share of each GPU's memory the colocated vLLM engine takes "
                           "(weights and KV cache), beside the training models."},
     )
     generation_batch_size: int = field(default=128, metadata={"help": "Sequences per generate call."})
@@ -229,9 +237,10 @@ class StepPPOConfig(TrainingArguments):
     gamma: float = field(default=1.0, metadata={"help": "Discount."})
     lam: float = field(default=0.95, metadata={"help": "GAE lambda."})
     whiten_advantages: bool = field(default=True, metadata={"help": "Normalise advantages per batch."})
-    ppo_epochs: int = field(default=2, metadata={"help": "Optimisation passes over each rollout batch."})
+    num_iterations: int = field(default=2, metadata={"help": "Optimisation passes over each rollout batch (was "
+                                                              "--ppo_epochs)."})
     num_mini_batches: int = field(default=4, metadata={"help": "Minibatches per pass."})
-    cliprange: float = field(default=0.2, metadata={"help": "Policy ratio clip."})
+    epsilon: float = field(default=0.2, metadata={"help": "Policy ratio clip (was --cliprange)."})
     cliprange_value: float = field(default=0.2, metadata={"help": "Value clip."})
     vf_coef: float = field(default=0.5, metadata={"help": "Value loss weight."})
     entropy_coef: float = field(
@@ -240,7 +249,8 @@ class StepPPOConfig(TrainingArguments):
                           "entropy (nats) on the sampled responses (at the sampling temperature), against the collapse "
                           "of sampling diversity late in a run. 0: off; runs stored before it existed resume with 0."},
     )
-    kl_coef: float = field(default=0.02, metadata={"help": "KL penalty coefficient (initial, if adaptive)."})
+    beta: float = field(default=0.02, metadata={"help": "KL penalty coefficient (initial, if adaptive; was "
+                                                         "--kl_coef)."})
     kl_estimator: str = field(default="k1", metadata={"help": f"Per-token KL estimator: {', '.join(KL_ESTIMATORS)}."})
     adaptive_kl: bool = field(default=False, metadata={"help": "Ziegler et al.'s adaptive KL controller."})
     kl_target: float = field(default=0.5, metadata={"help": "Adaptive KL: target KL per response."})
@@ -283,8 +293,7 @@ class StepPPOConfig(TrainingArguments):
         choose("step_credit", self.step_credit, STEP_CREDITS)
         choose("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
         choose("critic_init", self.critic_init, ("verifier", "policy"))
-        choose("rollout_backend", self.rollout_backend, ("hf", "vllm"))
-        for name in ("num_updates", "prompts_per_update", "samples_per_prompt", "max_new_tokens", "ppo_epochs",
+        for name in ("max_steps", "prompts_per_update", "num_generations", "max_completion_length", "num_iterations",
                      "num_mini_batches", "n_prompts", "generation_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
@@ -295,14 +304,14 @@ class StepPPOConfig(TrainingArguments):
             raise ValueError(f"--temperature must be > 0 for PPO rollouts, got {self.temperature}")
         if not 0 <= self.gamma <= 1 or not 0 <= self.lam <= 1:
             raise ValueError("--gamma and --lam must be in [0, 1]")
-        if self.advantage_estimator in ("rloo", "group", "mc_values") and self.samples_per_prompt < 2:
-            raise ValueError(f"--advantage_estimator {self.advantage_estimator} needs --samples_per_prompt >= 2")
-        batch = self.prompts_per_update * self.samples_per_prompt
+        if self.advantage_estimator in ("rloo", "group", "mc_values") and self.num_generations < 2:
+            raise ValueError(f"--advantage_estimator {self.advantage_estimator} needs --num_generations >= 2")
+        batch = self.prompts_per_update * self.num_generations
         if batch % self.num_mini_batches:
-            raise ValueError(f"prompts_per_update * samples_per_prompt ({batch}) must be divisible by "
+            raise ValueError(f"prompts_per_update * num_generations ({batch}) must be divisible by "
                              f"num_mini_batches ({self.num_mini_batches})")
-        if self.kl_coef < 0:
-            raise ValueError(f"--kl_coef must be >= 0, got {self.kl_coef}")
+        if self.beta < 0:
+            raise ValueError(f"--beta must be >= 0, got {self.beta}")
         if self.drop_flat_groups and self.advantage_estimator != "group":
             raise ValueError("--drop_flat_groups needs --advantage_estimator group (it drops the prompts whose "
                              f"samples all got the same rewards); got {self.advantage_estimator!r}")
@@ -328,9 +337,59 @@ class StepPPOConfig(TrainingArguments):
         if self.reward_normalize:
             raise ValueError("--reward_normalize does not apply to --advantage_estimator mc_values (its values are "
                              "mean rewards of continuations; --whiten_advantages scales the advantages)")
-        if self.rollout_backend != "hf":
-            raise ValueError("--advantage_estimator mc_values samples its continuations with --rollout_backend hf "
-                             f"only, got {self.rollout_backend!r}")
+        if self.use_vllm:
+            raise ValueError("--advantage_estimator mc_values samples its continuations with --use_vllm false only, "
+                             "got --use_vllm true")
+
+
+DEPRECATED_NAMES = {
+    "policy": "model_name_or_path",
+    "num_updates": "max_steps",
+    "samples_per_prompt": "num_generations",
+    "max_new_tokens": "max_completion_length",
+    "ppo_epochs": "num_iterations",
+    "cliprange": "epsilon",
+    "kl_coef": "beta",
+    "rollout_backend": "use_vllm",
+}
+"""Earlier names of StepPPOConfig fields -> the names TRL's GRPOConfig gives the same settings.
+Flags, recipe keys and `StepPPOConfig(...)` keywords still take them (flags and recipes with a
+deprecation line); attributes of those names read and write the new fields."""
+
+
+def _alias(new: str) -> property:
+    def get(self):
+        return getattr(self, new)
+
+    def set_(self, value):
+        setattr(self, new, value)
+
+    return property(get, set_, doc=f"The earlier name of `{new}`.")
+
+
+for _old, _new in DEPRECATED_NAMES.items():
+    if _old != "rollout_backend":
+        setattr(StepPPOConfig, _old, _alias(_new))
+
+
+def _get_rollout_backend(self) -> str:
+    return "vllm" if self.use_vllm else "hf"
+
+
+def _set_rollout_backend(self, value: str) -> None:
+    self.use_vllm = _use_vllm(value)
+
+
+StepPPOConfig.rollout_backend = property(_get_rollout_backend, _set_rollout_backend,  # type: ignore[attr-defined]
+                                         doc="The earlier form of `use_vllm`: 'vllm' or 'hf'.")
+_dataclass_init = StepPPOConfig.__init__
+
+
+def _init_with_earlier_names(self, *args, **kwargs):
+    _dataclass_init(self, *args, **rename_settings(kwargs, where=None))
+
+
+StepPPOConfig.__init__ = _init_with_earlier_names  # type: ignore[method-assign]
 
 
 def check_online_update(config: StepPPOConfig) -> None:
@@ -359,7 +418,7 @@ INHERITED_IN_USE = frozenset({
 """The `TrainingArguments` fields that step PPO reads; every other inherited flag is refused."""
 
 INHERITED_INSTEAD = {
-    "per_device_train_batch_size": "--prompts_per_update (prompts per update per process) and --samples_per_prompt",
+    "per_device_train_batch_size": "--prompts_per_update (prompts per update per process) and --num_generations",
     "per_device_eval_batch_size": "--greedy_eval_batch_size",
     "auto_find_batch_size": "--prompts_per_update and --generation_batch_size",
     "gradient_accumulation_steps": "--num_mini_batches (minibatches per pass over a rollout batch)",
@@ -383,45 +442,30 @@ TRACKER_MODULES = {"wandb": ("wandb",), "tensorboard": ("tensorboard", "tensorbo
 
 
 def _close(name: str, names) -> str:
-    match = difflib_match(name, names)
+    """"; did you mean --X?" with the closest of `names` (an earlier name suggests the current one)."""
+    match = difflib_match(name, set(names) | set(DEPRECATED_NAMES))
+    match = DEPRECATED_NAMES.get(match, match) if match else None
     return f"; did you mean --{match}?" if match else ""
 
 
-def given_names(argv: list[str]) -> tuple[list[str], list[str]]:
-    """(flags on the command line, keys of the `--config` recipe), as field names."""
-    import yaml
-
-    flags, keys = [], []
-    for i, token in enumerate(argv):
-        if token.startswith("--") and len(token) > 2:
-            flags.append(token[2:].split("=", 1)[0])
-            if token == "--config" and i + 1 < len(argv):
-                try:
-                    recipe = yaml.safe_load(Path(argv[i + 1]).read_text())
-                except (OSError, yaml.YAMLError, UnicodeDecodeError):
-                    recipe = None  # the parser reports it
-                if isinstance(recipe, dict):
-                    keys.extend(str(k) for k in recipe if k != "env")
-            elif token.startswith("--config="):
-                flags[-1] = "config"
-    flags = [f for f in flags if f != "config"]
+def flag_names(argv: list[str]) -> list[str]:
+    """The field names of the flags on a command line (`--x v`, `--x=v`, `--no_x`)."""
     bools = {f.name for f in fields(StepPPOConfig) if isinstance(f.default, bool)}  # argparse adds --no_X
-    flags = [f[3:] if f.startswith("no_") and f[3:] in bools else f for f in flags]
-    return flags, keys
+    names = [t[2:].split("=", 1)[0] for t in argv if t.startswith("--") and len(t) > 2 and t != "--help"]
+    return [n[3:] if n.startswith("no_") and n[3:] in bools else n for n in names]
 
 
-def check_given_names(argv: list[str]) -> None:
-    """ConfigError (one line) for a flag or recipe key step PPO does not know (with the closest name)
-    or an inherited `TrainingArguments` flag it does not use (with the flag that does it)."""
-    flags, keys = given_names(argv)
-    own = set(StepPPOConfig.__annotations__)
+def check_given_names(flags: list[str], keys: list[str]) -> None:
+    """ConfigError (one line) for a flag step PPO does not know (with the closest name) or an
+    inherited `TrainingArguments` flag or recipe key it does not use (with the flag that does it).
+    An unknown recipe key is left to the parser, which names it with its value."""
     known = {f.name for f in fields(StepPPOConfig)}
-    usable = own | INHERITED_IN_USE
+    usable = set(StepPPOConfig.__annotations__) | INHERITED_IN_USE
     for name, where in [*((k, "recipe key") for k in keys), *((f, "flag") for f in flags)]:
         if name not in known:
-            if where == "recipe key":
-                continue  # the parser names it with its value; parse_config adds the closest name
-            raise ConfigError(f"unknown {where} --{name}{_close(name, usable)}")
+            if where == "flag":
+                raise ConfigError(f"unknown flag --{name}{_close(name, usable)}")
+            continue
         if name not in usable:
             instead = INHERITED_INSTEAD.get(name)
             hint = f"use {instead}" if instead else "remove it (--help lists the flags that work)"
@@ -459,7 +503,7 @@ _SIMPLE_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (b
 
 def check_field_types(config) -> None:
     """ConfigError for a value of the wrong type in one of StepPPOConfig's own fields (a YAML recipe's
-    values are not converted the way flags are: `num_updates: [1]` would fail deep inside the run)."""
+    values are not converted the way flags are: `max_steps: [1]` would fail deep inside the run)."""
     for name, annotation in StepPPOConfig.__annotations__.items():
         parts = [p.strip() for p in str(annotation).split("|")]
         value = getattr(config, name)
@@ -472,10 +516,124 @@ def check_field_types(config) -> None:
             raise ConfigError(f"--{name} must be {' or '.join(parts)}, got {value!r}")
 
 
-def parse_config(argv: list[str] | None = None) -> StepPPOConfig:
-    """StepPPOConfig from flags and `--config RECIPE.yaml` (TRL's parser), checked: ConfigError (one
-    line) for an unknown flag or recipe key, a value of the wrong type, a missing recipe or a bad value."""
+_NOTES: list[tuple[str, str]] = []
+"""(where, earlier name) of the parse in progress: printed once it succeeds (a failed one prints its
+error alone, in the names the user wrote)."""
+
+
+def _deprecated(where: str, old: str) -> None:
+    _NOTES.append((where, old))
+
+
+def _print_notes() -> None:
+    for where, old in _NOTES:  # where: "--" for a flag, "RECIPE: " for a recipe key
+        dash = "--" if where == "--" else ""
+        print(f"warning: {where}{old} is deprecated: use {dash}{DEPRECATED_NAMES[old]} (TRL's name)", file=sys.stderr)
+
+
+def in_users_words(message: str, earlier: set[str]) -> str:
+    """An error message with the flags the user gave under their earlier names named that way."""
+    import re
+
+    for old in earlier:
+        if old == "rollout_backend":
+            message = message.replace("--use_vllm false", "--rollout_backend hf")
+            message = message.replace("--use_vllm true", "--rollout_backend vllm")
+        message = re.sub(rf"--{DEPRECATED_NAMES[old]}\b", f"--{old}", message)
+    return message
+
+
+def _use_vllm(value: Any) -> Any:
+    """`rollout_backend` (hf / vllm) as the value of `use_vllm`."""
+    if value in ("hf", "vllm"):
+        return value == "vllm"
+    raise ConfigError(f"--rollout_backend must be hf or vllm, got {value!r} (it is now --use_vllm true/false)")
+
+
+def rename_settings(values: dict[str, Any], where: str | None = "") -> dict[str, Any]:
+    """`values` (field -> value) with the earlier names of fields replaced by TRL's (a deprecation
+    line each, unless `where` is None); ConfigError when both names are given."""
+    out = dict(values)
+    for old, new in DEPRECATED_NAMES.items():
+        if old not in out:
+            continue
+        if new in out:
+            raise ConfigError(f"{where or ''}{old} and {new} are the same setting ({new} is TRL's name): give one")
+        value = out.pop(old)
+        out[new] = _use_vllm(value) if old == "rollout_backend" else value
+        if where is not None:
+            _deprecated(where, old)
+    return out
+
+
+def rename_argv(argv: list[str]) -> list[str]:
+    """A command line with the flags of earlier field names replaced by TRL's (a deprecation line each)."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        name, eq, value = token[2:].partition("=") if token.startswith("--") else ("", "", "")
+        if name not in DEPRECATED_NAMES:
+            out.append(token)
+            i += 1
+            continue
+        _deprecated("--", name)
+        new = DEPRECATED_NAMES[name]
+        if name == "rollout_backend":
+            if not eq:
+                if i + 1 >= len(argv):
+                    raise ConfigError("--rollout_backend needs a value (hf or vllm)")
+                value, i = argv[i + 1], i + 1
+            out.append(f"--{new}={'true' if _use_vllm(value) else 'false'}")
+        else:
+            out.append(f"--{new}{eq}{value}")
+        i += 1
+    return out  # renamed in place: of an earlier and a current name, the later flag wins, as argparse does
+
+
+def read_recipe(path: str) -> dict[str, Any]:
+    """A YAML recipe as field -> value (earlier names renamed, a deprecation line each); its `env`
+    mapping is set in the environment, as TRL's parser does."""
     import yaml
+
+    try:
+        recipe = yaml.safe_load(Path(path).read_text())
+    except OSError as err:
+        raise ConfigError(f"--config {path}: {err.strerror or err}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise ConfigError(f"--config {path}: not YAML ({' '.join(str(err).split())[:160]})") from None
+    if recipe is None:
+        recipe = {}
+    if not isinstance(recipe, dict):
+        raise ConfigError(f"--config {path}: must hold a YAML mapping of settings")
+    env = recipe.pop("env", {})
+    if not isinstance(env, dict):
+        raise ConfigError(f"--config {path}: `env` must be a mapping")
+    for key, value in env.items():
+        os.environ[str(key)] = str(value)
+    return rename_settings({str(k): v for k, v in recipe.items()}, f"{path}: ")
+
+
+def _pop_config(argv: list[str]) -> tuple[list[str], str | None]:
+    out, path, i = [], None, 0
+    while i < len(argv):
+        if argv[i] == "--config":
+            if i + 1 >= len(argv):
+                raise ConfigError("--config needs a recipe path")
+            path, i = argv[i + 1], i + 2
+        elif argv[i].startswith("--config="):
+            path, i = argv[i].split("=", 1)[1], i + 1
+        else:
+            out.append(argv[i])
+            i += 1
+    return out, path
+
+
+def build_parser():
+    """TRL's parser of StepPPOConfig whose --help lists step PPO's own flags first, then the
+    inherited `TrainingArguments` flags it uses; the inherited flags it refuses are left out."""
+    import argparse
+
     from trl import TrlParser
 
     parser = TrlParser((StepPPOConfig,))
@@ -484,28 +642,68 @@ def parse_config(argv: list[str] | None = None) -> StepPPOConfig:
         raise ConfigError(message)
 
     parser.error = error  # type: ignore[method-assign]
-    argv = list(sys.argv[1:] if argv is None else argv)
-    check_given_names(argv)
+    own = parser.add_argument_group("step PPO (rl/ppo_config.py; --config RECIPE.yaml sets any of them)")
+    inherited = parser.add_argument_group("inherited from transformers.TrainingArguments (these work; the others "
+                                          "are refused)")
+    fields_order = list(StepPPOConfig.__annotations__)
+    for group in list(parser._action_groups):
+        if group in (own, inherited):
+            continue
+        for action in list(group._group_actions):
+            if action.dest == "help":
+                continue
+            group._group_actions.remove(action)
+            if action.dest in fields_order:
+                own._group_actions.append(action)
+            elif action.dest in INHERITED_IN_USE:
+                inherited._group_actions.append(action)
+            else:
+                action.help = argparse.SUPPRESS
+                group._group_actions.append(action)
+        if not group._group_actions and group.title not in ("positional arguments", "options", "optional arguments"):
+            parser._action_groups.remove(group)
+    own._group_actions.sort(key=lambda a: fields_order.index(a.dest) if a.dest in fields_order else 0)
+    return parser
+
+
+def parse_config(argv: list[str] | None = None) -> StepPPOConfig:
+    """StepPPOConfig from flags and `--config RECIPE.yaml` (TRL's parser), checked: ConfigError (one
+    line) for an unknown flag or recipe key (with the closest name), an inherited flag step PPO does
+    not use, a value of the wrong type, a missing recipe, a tracker that is not there or a bad value.
+    The earlier names of fields (`DEPRECATED_NAMES`) are taken: a deprecation line each when the
+    settings are good, and an error names a setting as the user wrote it."""
+    _NOTES.clear()
     try:
-        (config,) = parser.parse_args_and_config(args=argv)
+        config = _parse(argv)
+    except ConfigError as err:
+        earlier = {old for _, old in _NOTES}
+        _NOTES.clear()
+        raise ConfigError(in_users_words(str(err), earlier)) from None
+    _print_notes()
+    _NOTES.clear()
+    return config
+
+
+def _parse(argv: list[str] | None) -> StepPPOConfig:
+    import yaml
+
+    parser = build_parser()
+    argv, recipe_path = _pop_config(list(sys.argv[1:] if argv is None else argv))
+    argv = rename_argv(argv)
+    recipe = read_recipe(recipe_path) if recipe_path else {}
+    check_given_names(flag_names(argv), list(recipe))
+    try:
+        unknown = parser.set_defaults_with_config(**recipe)
+        if unknown:
+            raise ConfigError(f"Unknown arguments from config file: {unknown}"
+                              + _close(unknown[0].lstrip("-"), set(StepPPOConfig.__annotations__) | INHERITED_IN_USE))
+        (config,) = parser.parse_args_into_dataclasses(args=argv)
     except ConfigError:
         raise
     except (ValueError, TypeError, AttributeError, OSError, yaml.YAMLError) as err:
-        message = " ".join(str(err).split(". Please remove them")[0].split())
-        unknown = [k for k in given_names(argv)[1] if k not in {f.name for f in fields(StepPPOConfig)}]
-        if unknown and "Unknown arguments" in message:
-            message += _close(unknown[0], set(StepPPOConfig.__annotations__) | INHERITED_IN_USE)
-        raise ConfigError(message or type(err).__name__) from None
+        raise ConfigError(" ".join(str(err).split()) or type(err).__name__) from None
     check_field_types(config)
     check_report_to(config.report_to)
-    flags, keys = given_names(argv)
-    if "max_steps" in flags or "max_steps" in keys:  # TRL's name of the number of updates
-        if config.max_steps < 1:
-            raise ConfigError(f"--max_steps must be >= 1, got {config.max_steps}")
-        if ("num_updates" in flags or "num_updates" in keys) and config.num_updates != config.max_steps:
-            raise ConfigError(f"--max_steps {config.max_steps} and --num_updates {config.num_updates} disagree: "
-                              "give one")
-        config.num_updates = config.max_steps
     if config.push_to_hub and os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
         raise ConfigError("--push_to_hub needs the Hub, and HF_HUB_OFFLINE is set")
     try:

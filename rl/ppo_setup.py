@@ -156,7 +156,7 @@ def check_inputs(args: StepPPOConfig) -> None:
     builds = args.build_missing
     try:
         if not (builds and args.policy == DEFAULT_POLICY):
-            check_model_path("--policy", args.policy)
+            check_model_path("--model_name_or_path", args.policy)
         check_default_policy_seed(args)
         if args.reward != "gold" and not (builds and args.verifier in BUILDABLE_VERIFIERS):
             check_spec(args.verifier, args.policy)

@@ -27,7 +27,7 @@ from typing import Any
 RUN_CONFIG = "run_config.json"
 
 MAY_DIFFER_ON_RESUME = frozenset({
-    "num_updates", "save_steps", "save_total_limit", "logging_steps", "disable_tqdm", "report_to", "num_threads",
+    "max_steps", "save_steps", "save_total_limit", "logging_steps", "disable_tqdm", "report_to", "num_threads",
     "resume_from_checkpoint", "overwrite_output_dir", "build_missing", "greedy_eval_batch_size",
     "bootstrap_resamples", "output_dir",
 })
@@ -66,7 +66,9 @@ def stored_settings(out: str | Path) -> dict[str, Any] | None:
                           "--overwrite_output_dir") from None
     if not isinstance(stored, dict):
         raise RunDirError(f"{path}: not a JSON object; remove it or pass --overwrite_output_dir")
-    return stored
+    from rl.ppo_config import rename_settings
+
+    return rename_settings(stored, where=None)  # a run stored before the fields took TRL's names
 
 
 SETTINGS_ADDED_LATER = {"step_credit": "return", "entropy_coef": 0.0, "drop_flat_groups": False, "mc_rollouts": 4}

@@ -56,9 +56,9 @@ row() {  # check, result, seconds, detail
 left() { echo $(( BUDGET - SECONDS )); }
 
 # one PPO run: name, accelerate launch arguments..., --, rl/ppo_step.py arguments...
-PPO_COMMON=(--policy "$MODEL" --verifier exact --critic_init policy --build_missing false --dataset world
-            --eval_dataset none --n_prompts 64 --num_updates 3 --prompts_per_update 8 --samples_per_prompt 2
-            --max_new_tokens 96 --generation_batch_size 16 --num_mini_batches 2 --ppo_epochs 1
+PPO_COMMON=(--model_name_or_path "$MODEL" --verifier exact --critic_init policy --build_missing false --dataset world
+            --eval_dataset none --n_prompts 64 --max_steps 3 --prompts_per_update 8 --num_generations 2
+            --max_completion_length 96 --generation_batch_size 16 --num_mini_batches 2 --num_iterations 1
             --critic_warmup_updates 0 --save_steps 0 --report_to none --disable_tqdm true --bf16 true)
 ppo_case() {
   local name=$1; shift
@@ -128,7 +128,7 @@ if wanted lora; then
   fi
 fi
 wanted vllm_rollouts && ppo_case vllm_rollouts --num_processes 1 --mixed_precision bf16 -- \
-  --rollout_backend vllm --vllm_gpu_memory_utilization 0.2
+  --use_vllm true --vllm_gpu_memory_utilization 0.2
 if wanted ddp; then
   if [ "$NGPU" -ge 2 ]; then
     ppo_case ddp --config_file configs/accelerate/ddp.yaml --num_processes 2 --

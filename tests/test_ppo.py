@@ -563,7 +563,7 @@ def test_output_dir_holds_one_run(models, tmp_path, capsys):
 
     out = tmp_path / "run"
     assert ppo_step.main(tiny_args(models, out, "--critic_warmup_updates", "0")) == 0
-    assert json.loads((out / RUN_CONFIG).read_text())["num_updates"] == 2
+    assert json.loads((out / RUN_CONFIG).read_text())["max_steps"] == 2
     before = sorted(p.name for p in out.iterdir())
     capsys.readouterr()
 

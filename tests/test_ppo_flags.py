@@ -39,7 +39,7 @@ def test_a_recipe_key_typo_names_the_closest_key(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("kl_cof: 0.1\n")
     with pytest.raises(ConfigError, match=r"Unknown arguments from config file: \['--kl_cof', '0.1'\]; did you mean "
-                                          r"--kl_coef\?"):
+                                          r"--beta\?"):
         parse_config(["--config", str(recipe)])
     recipe.write_text("optim: adafactor\n")
     with pytest.raises(ConfigError, match="--optim is a TrainingArguments flag"):
@@ -55,12 +55,46 @@ def test_a_tracker_that_is_not_installed_is_refused(monkeypatch):
         parse_config(["--report_to", "wandb"])
 
 
-def test_max_steps_is_the_number_of_updates():
+EARLIER = [("--policy", "p", "model_name_or_path", "p"), ("--num_updates", "7", "max_steps", 7),
+           ("--samples_per_prompt", "4", "num_generations", 4), ("--max_new_tokens", "64", "max_completion_length", 64),
+           ("--ppo_epochs", "3", "num_iterations", 3), ("--cliprange", "0.1", "epsilon", 0.1),
+           ("--kl_coef", "0.5", "beta", 0.5), ("--rollout_backend", "vllm", "use_vllm", True)]
+
+
+@pytest.mark.parametrize("flag, value, field, parsed", EARLIER)
+def test_trl_names_are_the_fields_and_the_earlier_names_still_work(flag, value, field, parsed, capsys):
+    new = parse_config([f"--{field}", "true" if parsed is True else value])
+    assert getattr(new, field) == parsed and capsys.readouterr().err == ""
+    old = parse_config([flag, value])
+    assert getattr(old, field) == parsed
+    assert getattr(old, flag[2:]) == (value if field == "use_vllm" else parsed)  # the earlier attribute reads it
+    assert capsys.readouterr().err == f"warning: {flag} is deprecated: use --{field} (TRL's name)\n"
+    assert parse_config([f"{flag}={value}"]).__getattribute__(field) == parsed
+
+
+def test_earlier_names_in_recipes_python_and_stored_runs(tmp_path, capsys):
+    from rl.ppo_config import StepPPOConfig, rename_settings
+
+    recipe = tmp_path / "old.yaml"
+    recipe.write_text("num_updates: 5\nkl_coef: 0.3\nrollout_backend: hf\n")
+    cfg = parse_config(["--config", str(recipe)])
+    assert (cfg.max_steps, cfg.beta, cfg.use_vllm) == (5, 0.3, False)
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"warning: {recipe}: {k} is deprecated: use {n} (TRL's name)"
+                   for k, n in (("num_updates", "max_steps"), ("kl_coef", "beta"), ("rollout_backend", "use_vllm"))]
+    recipe.write_text("num_updates: 5\nmax_steps: 6\n")
+    with pytest.raises(ConfigError, match="num_updates and max_steps are the same setting"):
+        parse_config(["--config", str(recipe)])
+    py = StepPPOConfig(output_dir="x", policy="p", samples_per_prompt=4, rollout_backend="vllm", report_to="none")
+    assert (py.model_name_or_path, py.num_generations, py.use_vllm, py.rollout_backend) == ("p", 4, True, "vllm")
+    py.num_updates = 9
+    assert py.max_steps == 9
+    assert rename_settings({"policy": "p", "rollout_backend": "hf"}, where=None) == {"model_name_or_path": "p",
+                                                                                   "use_vllm": False}
     assert parse_config(["--max_steps", "7"]).num_updates == 7
-    assert parse_config([]).num_updates == 120
-    with pytest.raises(ConfigError, match="--max_steps 3 and --num_updates 4 disagree"):
-        parse_config(["--max_steps", "3", "--num_updates", "4"])
     assert parse_config(["--no_chat_template"]).chat_template is False
+    with pytest.raises(ConfigError, match="did you mean --num_generations"):
+        parse_config(["--samples_per_promt", "2"])
 
 
 class _FakeHub:
@@ -90,9 +124,9 @@ def test_logging_steps_checkpoints_that_load_and_push_to_hub(tmp_path, monkeypat
     monkeypatch.setattr(huggingface_hub, "HfApi", _FakeHub)
     _FakeHub.calls = []
     out = tmp_path / "run"
-    argv = ["--policy", str(policy), "--reward", "gold", "--build_missing", "false", "--max_steps", "3",
-            "--prompts_per_update", "2", "--samples_per_prompt", "2", "--num_mini_batches", "1", "--n_prompts", "8",
-            "--eval_dataset", "none", "--n_probe", "0", "--max_new_tokens", "8", "--save_steps", "2",
+    argv = ["--model_name_or_path", str(policy), "--reward", "gold", "--build_missing", "false", "--max_steps", "3",
+            "--prompts_per_update", "2", "--num_generations", "2", "--num_mini_batches", "1", "--n_prompts", "8",
+            "--eval_dataset", "none", "--n_probe", "0", "--max_completion_length", "8", "--save_steps", "2",
             "--logging_steps", "2", "--num_threads", "1", "--disable_tqdm", "true", "--report_to", "none",
             "--output_dir", str(out), "--push_to_hub", "true", "--hub_model_id", "tiny-ppo"]
     assert ppo_step.main(argv) == 0
@@ -112,3 +146,21 @@ def test_logging_steps_checkpoints_that_load_and_push_to_hub(tmp_path, monkeypat
     more = [a if a != "3" else "4" for a in argv]
     assert ppo_step.main([*more, "--resume_from_checkpoint", "auto"]) == 0
     assert json.loads((out / "eval.json").read_text())["updates"] == 4
+
+
+def test_help_lists_the_toolkits_flags_first_and_leaves_out_refused_ones(capsys):
+    from rl import checkpoint_curve
+
+    with pytest.raises(SystemExit) as info:
+        ppo_step.main(["--help"])
+    text = capsys.readouterr().out
+    assert info.value.code == 0
+    own = text.index("step PPO (rl/ppo_config.py")
+    inherited = text.index("inherited from transformers.TrainingArguments")
+    assert own < text.index("  --model_name_or_path") < text.index("  --beta") < inherited
+    assert inherited < text.index("  --push_to_hub") and inherited < text.index("  --logging_steps")
+    assert "--per_device_train_batch_size" not in text and "--optim " not in text
+    assert text[:own].count("\n") < 100
+    assert checkpoint_curve.main(["--help"]) == 0
+    short = capsys.readouterr().out
+    assert "--output_dir RUN" in short and short.count("\n") < 10
