@@ -867,7 +867,13 @@ def annotate(
     _check_problems(problems, cfg)
     if len({p.id for p in problems}) != len(problems):
         raise AnnotationError("problem ids are not unique")
-    if generator is None:
+    if generator is None:  # the policy loads on first use: a bad path is named now, in one line
+        from reward_models.load import check_model_path
+
+        try:
+            check_model_path("--policy", cfg.policy)
+        except ValueError as err:
+            raise AnnotationError(str(err)) from None
         generator = _LazyHFGenerator(cfg.policy, cfg.gen_batch_size, cfg.chat_template)
     problems, too_long = _problems_that_fit(generator, problems, cfg)
     writer = ResumableWriter(cfg.out, cfg.settings(), overwrite=cfg.overwrite)

@@ -176,6 +176,19 @@ def run(args: WorldSFTArguments, training_args) -> dict:
     return result
 
 
+def flag_error(message: str, types) -> str:
+    """A parser's error as one line, with the closest known flag to the first unknown one."""
+    import difflib
+    import re
+    from dataclasses import fields
+
+    message = " ".join(message.split(". Please remove them")[0].split())
+    unknown = re.findall(r"'--([\w-]+)'", message) or re.findall(r"(?:arguments|argument): --([\w-]+)", message)
+    names = [f.name for t in types for f in fields(t)]
+    match = difflib.get_close_matches(unknown[0], names, n=1, cutoff=0.6) if unknown else []
+    return message + (f"; did you mean --{match[0]}?" if match else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     from trl import TrlParser
 
@@ -183,7 +196,16 @@ def main(argv: list[str] | None = None) -> int:
 
     one_thread_unless_told()  # torch read the thread count at import
     parser = TrlParser((WorldSFTArguments, WorldSFTConfig))
-    args, training_args = parser.parse_args_and_config(args=argv)
+
+    def error(message: str):  # argparse would print the whole usage and exit
+        raise ValueError(message)
+
+    parser.error = error  # type: ignore[method-assign]
+    try:
+        args, training_args = parser.parse_args_and_config(args=argv)
+    except (ValueError, TypeError, OSError) as err:  # an unknown flag or recipe key, a bad value or recipe
+        print(f"error: {flag_error(str(err), (WorldSFTArguments, WorldSFTConfig))}", file=sys.stderr)
+        return 2
     try:
         args.world_config()
         args.task_weights()
