@@ -165,7 +165,7 @@ def tiny_policy(tmp_path):
 
 
 def _ppo_args(policy, out, *extra):
-    return ["--policy", str(policy), "--reward", "gold", "--build_missing", "false", "--output_dir", str(out),
+    return ["--model_name_or_path", str(policy), "--reward", "gold", "--build_missing", "false", "--output_dir", str(out),
             "--report_to", "none", "--disable_tqdm", "true", *extra]
 
 
@@ -226,3 +226,30 @@ def test_evaluate_reads_a_parquet_file_with_solutions(tmp_path):
                          out=str(tmp_path / "out"))
     problems, world_rows = load_problems(args)
     assert [(p.question, p.answer, p.answer_kind) for p in problems] == [("1+1?", "2", "latex")] and world_rows == []
+
+
+def test_gpu_recipe_trains_on_gsm8k_train_and_only_evaluates_on_its_test_split(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    import datasets
+
+    from rl.ppo_config import parse_config
+    from rl.ppo_setup import load_run_problems
+
+    calls = []
+
+    def hub(name, config=None, split=None, **kwargs):  # the Hub's GSM8K train split, offline
+        calls.append((name, config, split))
+        return datasets.Dataset.from_list(GSM8K_ROWS)
+
+    monkeypatch.setattr(datasets, "load_dataset", hub)
+    _jsonl(tmp_path / "gsm8k_test.jsonl", [{"id": "gsm8k-test-0", "question": "Another question?", "answer": "3"}])
+    monkeypatch.setenv("STEPRL_DATA_DIR", str(tmp_path))
+    recipe = Path(__file__).resolve().parents[1] / "configs" / "ppo" / "gpu_qwen_math.yaml"
+    # bf16 needs a GPU; the recipe's wandb is checked at parse time, so it is turned off here
+    args = parse_config(["--config", str(recipe), "--bf16", "false", "--report_to", "none"])
+    assert args.model_name_or_path == "Qwen/Qwen2.5-Math-1.5B-Instruct" and args.max_steps == 200
+    train, evaluation = load_run_problems(args)
+    assert calls == [("openai/gsm8k", "main", "train")]
+    assert train.split == "train" and [p.answer for p in train.problems] == ["7", "1080", "10"]
+    assert evaluation.split == "test" and [p.id for p in evaluation.problems] == ["gsm8k-test-0"]

