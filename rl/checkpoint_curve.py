@@ -67,7 +67,13 @@ def main(argv: list[str] | None = None) -> int:
     from rl.run_dir import with_stored_settings
 
     if {"-h", "--help"} & set(sys.argv[1:] if argv is None else argv):
-        print(USAGE, end="")
+        import textwrap
+
+        from rl.ppo_config import INHERITED_IN_USE, StepPPOConfig
+
+        names = " ".join(f"--{n}" for n in dict.fromkeys([*StepPPOConfig.__annotations__, *sorted(INHERITED_IN_USE)]))
+        print(USAGE + "\nflags that override the run's settings:\n" + textwrap.fill(names, 100, initial_indent="  ",
+                                                                              subsequent_indent="  "))
         return 0
 
     try:

@@ -342,6 +342,22 @@ class StepPPOConfig(TrainingArguments):
                              "got --use_vllm true")
 
 
+def check_online_update(config: StepPPOConfig) -> None:
+    """ValueError unless --verifier_online_update has an implicit PRM to train (an `implicit:` verifier,
+    alone or a part of a combination, read by a verifier reward)."""
+    if not config.verifier_online_update:
+        return
+    from reward_models.load import spec_parts, split_spec
+
+    if config.reward == "gold" or not any(split_spec(p)[0] == "implicit" for p in spec_parts(config.verifier)):
+        raise ValueError(f"--verifier_online_update trains an implicit PRM: it needs --verifier implicit:PATH and a "
+                         f"verifier reward; got --verifier {config.verifier} --reward {config.reward}")
+    if config.verifier_online_steps < 1:
+        raise ValueError(f"--verifier_online_steps must be >= 1, got {config.verifier_online_steps}")
+    if not config.verifier_online_learning_rate > 0:
+        raise ValueError(f"--verifier_online_learning_rate must be > 0, got {config.verifier_online_learning_rate}")
+
+
 DEPRECATED_NAMES = {
     "policy": "model_name_or_path",
     "num_updates": "max_steps",
@@ -390,22 +406,6 @@ def _init_with_earlier_names(self, *args, **kwargs):
 
 
 StepPPOConfig.__init__ = _init_with_earlier_names  # type: ignore[method-assign]
-
-
-def check_online_update(config: StepPPOConfig) -> None:
-    """ValueError unless --verifier_online_update has an implicit PRM to train (an `implicit:` verifier,
-    alone or a part of a combination, read by a verifier reward)."""
-    if not config.verifier_online_update:
-        return
-    from reward_models.load import spec_parts, split_spec
-
-    if config.reward == "gold" or not any(split_spec(p)[0] == "implicit" for p in spec_parts(config.verifier)):
-        raise ValueError(f"--verifier_online_update trains an implicit PRM: it needs --verifier implicit:PATH and a "
-                         f"verifier reward; got --verifier {config.verifier} --reward {config.reward}")
-    if config.verifier_online_steps < 1:
-        raise ValueError(f"--verifier_online_steps must be >= 1, got {config.verifier_online_steps}")
-    if not config.verifier_online_learning_rate > 0:
-        raise ValueError(f"--verifier_online_learning_rate must be > 0, got {config.verifier_online_learning_rate}")
 
 
 INHERITED_IN_USE = frozenset({

@@ -158,9 +158,9 @@ def test_help_lists_the_toolkits_flags_first_and_leaves_out_refused_ones(capsys)
     own = text.index("step PPO (rl/ppo_config.py")
     inherited = text.index("inherited from transformers.TrainingArguments")
     assert own < text.index("  --model_name_or_path") < text.index("  --beta") < inherited
-    assert inherited < text.index("  --push_to_hub") and inherited < text.index("  --logging_steps")
+    assert inherited < text.index("  --push_to_hub") and inherited < text.index("  --gradient_checkpointing")
     assert "--per_device_train_batch_size" not in text and "--optim " not in text
     assert text[:own].count("\n") < 100
     assert checkpoint_curve.main(["--help"]) == 0
     short = capsys.readouterr().out
-    assert "--output_dir RUN" in short and short.count("\n") < 10
+    assert "--output_dir RUN" in short and "--temperature" in short and short.count("\n") < 40
