@@ -27,6 +27,7 @@ def _run(cmd, cwd, env, timeout=120):
 def test_the_wheel_installs_and_its_commands_run_without_the_checkout(tmp_path):
     pytest.importorskip("setuptools")
     src = tmp_path / "src"
+    src.mkdir()
     for name in SOURCES:  # a copy: the build writes build/ and *.egg-info beside the sources
         copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy
         copy(ROOT / name, src / name, **({"ignore": shutil.ignore_patterns("__pycache__")}
