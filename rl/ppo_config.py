@@ -666,21 +666,29 @@ def build_parser():
     return parser
 
 
-def parse_config(argv: list[str] | None = None) -> StepPPOConfig:
+def flush_deprecations(show: bool) -> set[str]:
+    """The earlier names the last parse met (printed as deprecation lines when `show`), forgotten."""
+    if show:
+        _print_notes()
+    earlier = {old for _, old in _NOTES}
+    _NOTES.clear()
+    return earlier
+
+
+def parse_config(argv: list[str] | None = None, defer_notes: bool = False) -> StepPPOConfig:
     """StepPPOConfig from flags and `--config RECIPE.yaml` (TRL's parser), checked: ConfigError (one
     line) for an unknown flag or recipe key (with the closest name), an inherited flag step PPO does
     not use, a value of the wrong type, a missing recipe, a tracker that is not there or a bad value.
     The earlier names of fields (`DEPRECATED_NAMES`) are taken: a deprecation line each when the
-    settings are good, and an error names a setting as the user wrote it."""
+    settings are good, and an error names a setting as the user wrote it. `defer_notes`: the caller
+    checks more first, then calls `flush_deprecations` (rl/ppo_step.py: the inputs and the data)."""
     _NOTES.clear()
     try:
         config = _parse(argv)
     except ConfigError as err:
-        earlier = {old for _, old in _NOTES}
-        _NOTES.clear()
-        raise ConfigError(in_users_words(str(err), earlier)) from None
-    _print_notes()
-    _NOTES.clear()
+        raise ConfigError(in_users_words(str(err), flush_deprecations(show=False))) from None
+    if not defer_notes:
+        flush_deprecations(show=True)
     return config
 
 

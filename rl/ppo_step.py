@@ -23,7 +23,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 def main(argv: list[str] | None = None) -> int:
     import json
 
-    from rl.ppo_config import ConfigError, parse_config
+    from rl.ppo_config import ConfigError, flush_deprecations, in_users_words, parse_config
     from rl.ppo_setup import (
         check_inputs,
         check_prompt_sets,
@@ -37,12 +37,13 @@ def main(argv: list[str] | None = None) -> int:
     from rl.ppo_trainer import StepPPOTrainer
 
     try:  # every flag, recipe, path, data and OUTPUT_DIR error before the first model loads
-        args = parse_config(argv)
+        args = parse_config(argv, defer_notes=True)
         check_inputs(args)
         train_set, eval_set = load_run_problems(args)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
+    except ConfigError as err:  # in the names the user wrote, earlier names included
+        print(f"error: {in_users_words(str(err), flush_deprecations(show=False))}", file=sys.stderr)
         return 2
+    flush_deprecations(show=True)
     from accelerate import PartialState
 
     state = PartialState()

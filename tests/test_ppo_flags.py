@@ -164,3 +164,13 @@ def test_help_lists_the_toolkits_flags_first_and_leaves_out_refused_ones(capsys)
     assert checkpoint_curve.main(["--help"]) == 0
     short = capsys.readouterr().out
     assert "--output_dir RUN" in short and "--temperature" in short and short.count("\n") < 40
+
+
+def test_an_error_names_an_earlier_name_as_the_user_wrote_it_and_alone(tmp_path, capsys):
+    code = ppo_step.main(["--output_dir", str(tmp_path / "run"), "--samples_per_prompt", "1",
+                          "--advantage_estimator", "group"])
+    err = capsys.readouterr().err
+    assert code == 2 and err == "error: --advantage_estimator group needs --samples_per_prompt >= 2\n", err
+    code = ppo_step.main(["--output_dir", str(tmp_path / "run"), "--policy", str(tmp_path / "absent")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: --policy ") and err.count("\n") == 1, err
