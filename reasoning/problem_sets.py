@@ -54,7 +54,6 @@ __all__ = [
     "question_key",
     "check_training_split",
     "check_disjoint",
-    "describe_sources",
 ]
 
 QUESTION_COLUMNS = ("question", "problem", "prompt")
@@ -71,10 +70,6 @@ _SPLIT_WORDS = {"test": "test", "train": "train", "training": "train", "validati
 DESCRIPTION = ("'world', a benchmark name, a .jsonl/.json/.parquet/.csv file, a save_to_disk folder "
                "or a Hub id (ID[:CONFIG]:SPLIT)")
 """What a dataset flag takes, for help texts and errors."""
-
-
-def describe_sources() -> str:
-    return DESCRIPTION
 
 
 @dataclass
