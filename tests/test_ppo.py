@@ -336,7 +336,7 @@ def test_a_resumed_run_names_its_checkpoint_and_counts_every_segments_seconds(mo
     args = tiny_args(models, out, "--n_eval", "2", "--n_probe", "0")
     assert ppo_step.main(args) == 0
     first = json.loads((out / "eval.json").read_text())["train_seconds"]
-    stored = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())["train_seconds"]
+    stored = json.loads((out / "checkpoint-2" / "step_ppo_state.json").read_text())["train_seconds"]
     assert first > 0 and stored > 0
     # killed after its last checkpoint: the resumed run trains no update, yet its seconds are the run's
     (out / "eval.json").unlink()
