@@ -30,8 +30,12 @@ def test_sft_flag_typo_is_one_line_with_the_closest_flag(capsys):
 def test_evaluate_unknown_benchmark_and_registry_spellings(tmp_path, capsys):
     from inference import evaluate
 
+    from tests.tiny_world_policy import save_tiny_world_policy
+
+    policy = save_tiny_world_policy(tmp_path / "policy")
+    capsys.readouterr()  # the save's progress bar
     (tmp_path / "math500_test.jsonl").write_text(json.dumps({"id": "a", "question": "1+1?", "answer": "2"}) + "\n")
-    base = ["--method", "greedy", "--policy", str(tmp_path), "--data_dir", str(tmp_path), "--quiet"]
+    base = ["--method", "greedy", "--policy", str(policy), "--data_dir", str(tmp_path), "--quiet"]
     assert evaluate.main([*base, "--dataset", "MATH-5000", "--out", str(tmp_path / "o1")]) == 2
     _one_line_error(capsys.readouterr().err, "'MATH-5000': no such file or folder, and not a benchmark")
     from inference.evaluate import EvalArguments, load_problems
