@@ -108,3 +108,34 @@ def test_no_module_imports_itself_back():
                 seen.add(name)
                 todo.extend(graph[name])
     assert not circles, f"modules on an import circle: {', '.join(circles)}"
+
+
+def _imported_top_names(tree: ast.AST) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_toolkit_never_imports_the_lab_or_the_scripts():
+    """`experiments/` (studies of the world) and `scripts/` (entry points) sit on top of the toolkit:
+    a toolkit module that imported them would break in an installed wheel, which ships neither."""
+    bad = []
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            used = _imported_top_names(ast.parse(path.read_text())) & {"experiments", "scripts"}
+            if used:
+                bad.append(f"{path.relative_to(ROOT)} imports {sorted(used)}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_wheel_ships_the_toolkit_only():
+    tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11's tomllib")
+    setuptools = pytest.importorskip("setuptools")
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    shipped = setuptools.find_packages(str(ROOT), include=find["include"], exclude=find.get("exclude", ()))
+    assert {name.split(".")[0] for name in shipped} == set(PACKAGES)
+    assert (ROOT / "experiments" / "__init__.py").exists()

@@ -535,11 +535,11 @@ def test_methods_run_end_to_end_on_a_tiny_model(tiny, name):
 
 
 def test_stepco_flags_reads_answer_changes_and_flag_positions():
-    """scripts/stepco_flags.py: the first flagged step placed against the checker's earliest error,
+    """experiments/stepco_flags.py: the first flagged step placed against the checker's earliest error,
     a revision from that step counted as fixing it when the next path is right there, and the
     answer change from the initial path to the final one."""
     from reasoning.world import generate, teacher_solution
-    from scripts.stepco_flags import analyse, flag_position
+    from experiments.stepco_flags import analyse, flag_position
 
     assert flag_position(3, 3, None) == "accepted_right" and flag_position(3, 3, 0) == "false_alarm"
     assert flag_position(1, 3, None) == "missed" and flag_position(1, 3, 1) == "at_error"

@@ -256,11 +256,11 @@ def test_numbers_too_long_to_parse_are_format_errors_not_crashes():
 
 
 def test_name_use_figures_by_hand(tmp_path, capsys):
-    """scripts/name_use.py on paths written by hand: the gold steps (names right), the same steps all
+    """experiments/name_use.py on paths written by hand: the gold steps (names right), the same steps all
     under one name (every right computation a naming slip) and a wrong path under a name the problem
     does not have (an unknown_quantity error)."""
     from reasoning.steps import join_steps
-    from scripts.name_use import main, name_use, step_names
+    from experiments.name_use import main, name_use, step_names
 
     rows = w.generate("test", 3, 0)
     by_id = {r["id"]: r for r in rows}
@@ -301,11 +301,11 @@ def test_name_use_figures_by_hand(tmp_path, capsys):
 
 
 def test_gain_by_kind_splits_the_change_by_decision_by_hand(tmp_path, capsys):
-    """scripts/gain_by_kind.py on rows written by hand: an inverse and a stale problem go from the
+    """experiments/gain_by_kind.py on rows written by hand: an inverse and a stale problem go from the
     taught misreading to the gold path (won), a problem with neither goes from gold to a directly
     phrased relation computed with the inverse operation (lost, a `misread_direct` error)."""
     from reasoning.steps import join_steps
-    from scripts.gain_by_kind import main
+    from experiments.gain_by_kind import main
 
     rows = w.generate("test", 60, 0)
     inverse = next(r for r in rows if w.misreadings_of(r) == ["inverse"])

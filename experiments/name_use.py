@@ -1,6 +1,6 @@
 """How a world policy names the people its steps compute for, before and after RL.
 
-    python scripts/name_use.py outputs/ppo_noisy/{gold,outcome_likmean}_s0 [--policy outputs/sft_noisy]
+    python experiments/name_use.py outputs/ppo_noisy/{gold,outcome_likmean}_s0 [--policy outputs/sft_noisy]
 
 A world step reads `Ava has 6 - 2 = 4 marbles.`: the name is the policy's own record of which
 quantity it computes, and the world's checker judges the computation apart from it (a right

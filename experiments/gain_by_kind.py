@@ -1,7 +1,7 @@
 """Where an RL run's greedy gain on the world comes from, and where it is lost: the change split by
 the decisions a noisy teacher misreads, and the relation-direction errors before and after.
 
-    python scripts/gain_by_kind.py outputs/ppo_noisy/gold_s{0,1,2} [--reference outputs/sft_clean_v]
+    python experiments/gain_by_kind.py outputs/ppo_noisy/gold_s{0,1,2} [--reference outputs/sft_clean_v]
 
 For each run folder (`eval_before_rows.jsonl` and `eval_after_rows.jsonl` of `rl/ppo_step.py` or
 `scripts/grpo_peer.py`) it prints one line per part of the world test problems: those with an
@@ -20,7 +20,7 @@ change counted against the first run's starting policy: for instance the same mo
 clean teacher, what the model learns about each decision from gold demonstrations.
 
 The problems are rebuilt from the run's `run_config.json` (`--policy` for runs without one, as in
-`scripts/name_use.py`). Writes nothing; `--json` prints one JSON object.
+`experiments/name_use.py`). Writes nothing; `--json` prints one JSON object.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from reasoning.stats import paired_bootstrap_diff  # noqa: E402
 from reasoning.steps import split_steps  # noqa: E402
 from reasoning.world import error_kind, misreadings_of  # noqa: E402
-from scripts.name_use import run_problems  # noqa: E402
+from experiments.name_use import run_problems  # noqa: E402
 
 PARTS = ("inverse", "stale", "neither", "all")
 DIRECTION = ("misread_inverse", "misread_direct", "misread_stale")
