@@ -35,10 +35,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from experiments.name_use import run_problems  # noqa: E402
 from reasoning.stats import paired_bootstrap_diff  # noqa: E402
 from reasoning.steps import split_steps  # noqa: E402
 from reasoning.world import error_kind, misreadings_of  # noqa: E402
-from experiments.name_use import run_problems  # noqa: E402
 
 PARTS = ("inverse", "stale", "neither", "all")
 DIRECTION = ("misread_inverse", "misread_direct", "misread_stale")
