@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -637,11 +638,7 @@ def build_parser():
     from trl import TrlParser
 
     parser = TrlParser((StepPPOConfig,))
-
-    def error(message: str):  # argparse would print the whole usage and exit
-        raise ConfigError(message)
-
-    parser.error = error  # type: ignore[method-assign]
+    parser.error = _raise_config_error  # type: ignore[method-assign]
     own = parser.add_argument_group("step PPO (rl/ppo_config.py; --config RECIPE.yaml sets any of them)")
     inherited = parser.add_argument_group("inherited from transformers.TrainingArguments (these work; the others "
                                           "are refused)")
@@ -690,6 +687,93 @@ def parse_config(argv: list[str] | None = None, defer_notes: bool = False) -> St
     if not defer_notes:
         flush_deprecations(show=True)
     return config
+
+
+def parse_with_ppo_settings(argv: list[str] | None, own: type | None, uses: frozenset[str], run: str, *,
+                            required: tuple[str, ...] = (), defaults: dict[str, Any] | None = None,
+                            check: Callable[[StepPPOConfig, Any], None] | None = None
+                            ) -> tuple[StepPPOConfig, Any]:
+    """The settings of a baseline trained beside PPO (rl/grpo_peer.py, rl/rft.py): the StepPPOConfig
+    fields it shares with a PPO run (`uses`, TRL's names: their defaults are the PPO run's, written
+    once, here) and its own dataclass `own` (None: it has none; then None comes back in its place).
+    Earlier flag names are renamed as parse_config renames them (a deprecation line each). A PPO flag
+    outside `uses` is refused rather than silently ignored, and so is `--config` (a PPO recipe sets
+    much the baseline would not use); `required` flags must be given; `defaults` are the few shared
+    fields whose default the baseline sets otherwise (each a reason in its module); `check(config,
+    own)` raises ConfigError for what the baseline cannot use, before the PPO run's own checks (whose
+    messages speak of PPO). ConfigError (one line, in the names the user wrote) as parse_config."""
+    _NOTES.clear()
+    try:
+        parsed = _parse_baseline(argv, own, uses, run, required, defaults, check)
+    except ConfigError as err:
+        raise ConfigError(in_users_words(str(err), flush_deprecations(show=False))) from None
+    flush_deprecations(show=True)
+    return parsed
+
+
+def _parse_baseline(argv, own, uses, run, required, defaults, check) -> tuple[StepPPOConfig, Any]:
+    import yaml
+    from trl import TrlParser
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(t == "--config" or t.startswith("--config=") for t in argv):
+        raise ConfigError(f"{run} takes flags, not --config (a PPO recipe holds settings it does not use)")
+    argv = rename_argv(argv)
+    types = (StepPPOConfig,) if own is None else (StepPPOConfig, own)
+    own_fields = {f.name for f in fields(own)} if own else set()
+    takes = set(uses) | own_fields
+    ppo_fields = {f.name for f in fields(StepPPOConfig)}
+    own_bools = {f.name for f in fields(own) if isinstance(f.default, bool)} if own else set()
+    for name in flag_names(argv):
+        name = name[3:] if name.startswith("no_") and name[3:] in own_bools else name
+        if name not in ppo_fields | own_fields:
+            earlier = {old for old, new in DEPRECATED_NAMES.items() if new in takes}
+            match = difflib_match(name, takes | earlier)
+            hint = f"; did you mean --{DEPRECATED_NAMES.get(match, match)}?" if match else ""
+            raise ConfigError(f"unknown flag --{name}{hint}")
+    given = _flags_given(types, argv)
+    unused = sorted((given & ppo_fields) - set(uses))
+    if unused:
+        raise ConfigError(f"{run} does not use --{unused[0]} (a PPO setting); it takes "
+                          + ", ".join(f"--{name}" for name in sorted(takes)))
+    missing = [name for name in required if name not in given]
+    if missing:
+        raise ConfigError(f"{run} needs --{missing[0]}")
+    parser = TrlParser(types)
+    if defaults:
+        parser.set_defaults(**defaults)
+    parser.error = _raise_config_error  # type: ignore[method-assign]
+    try:
+        configs = parser.parse_args_into_dataclasses(args=argv)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError, AttributeError, OSError, yaml.YAMLError) as err:
+        raise ConfigError(" ".join(str(err).split()) or type(err).__name__) from None
+    config = configs[0]
+    check_field_types(config)
+    if check is not None:
+        check(config, configs[1] if own else None)
+    try:
+        config.validate()
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    return config, (configs[1] if own else None)
+
+
+def _flags_given(types: tuple[type, ...], argv: list[str]) -> set[str]:
+    """The fields of `types` that `argv` sets (abbreviated flags and `--no_x` included)."""
+    from transformers import HfArgumentParser
+
+    parser = HfArgumentParser(types)
+    parser.error = _raise_config_error  # type: ignore[method-assign]
+    unset = object()
+    parser.set_defaults(**{action.dest: unset for action in parser._actions})
+    namespace, _ = parser.parse_known_args(argv)
+    return {name for name, value in vars(namespace).items() if value is not unset and name != "help"}
+
+
+def _raise_config_error(message: str):  # argparse would print the whole usage and exit
+    raise ConfigError(message)
 
 
 def _parse(argv: list[str] | None) -> StepPPOConfig:

@@ -5,7 +5,7 @@ test problems, in one table and one plot.
         --out outputs/ppo_compare/comparison
 
 A run folder is `NAME_sSEED` (the name groups seeds) written by `rl/ppo_step.py` or
-`scripts/grpo_peer.py`: `eval.json`, `eval_before_rows.jsonl`, `eval_after_rows.jsonl` and
+`rl/grpo_peer.py`: `eval.json`, `eval_before_rows.jsonl`, `eval_after_rows.jsonl` and
 `metrics.jsonl` with probe rows (`probe/greedy_accuracy` every few updates). Writes OUT.md (the
 table), OUT.json and OUT.png (probe greedy accuracy against rollouts: the mean over seeds, the
 band from the lowest to the highest seed) and prints the table. Per run: the greedy change on the

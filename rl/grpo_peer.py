@@ -1,15 +1,19 @@
 """The peer run: TRL's `GRPOTrainer` with the gold reward on a world policy, on the budget of a
 `rl/ppo_step.py` run, with the same greedy evaluation before and after and the same probe curve.
 
-    python scripts/grpo_peer.py --policy outputs/sft_tiny --output_dir outputs/ppo_compare/grpo_trl_s0 \
-        [--num_updates 120 --prompts_per_update 16 --samples_per_prompt 8 --num_mini_batches 4 \
-         --ppo_epochs 2 --learning_rate 2e-5 --kl_coef 0.02 --temperature 1.0 --seed 0]
+    python -m rl.grpo_peer --model_name_or_path outputs/sft_tiny --output_dir outputs/ppo_compare/grpo_trl_s0 \
+        [--max_steps 120 --prompts_per_update 16 --num_generations 8 --num_mini_batches 4 \
+         --num_iterations 2 --learning_rate 2e-5 --beta 0.02 --temperature 1.0 --seed 0]
 
-One update of ours (`prompts_per_update` x `samples_per_prompt` responses, `ppo_epochs` passes of
+Its flags are the PPO run's own (rl/ppo_config.py, `USES`), with the PPO run's defaults; a PPO flag
+it has no use for (the reward, the verifier, the estimator, ...) is refused.
+
+One update of ours (`prompts_per_update` x `num_generations` responses, `num_iterations` passes of
 `num_mini_batches` minibatches) is one generation batch of GRPO: `generation_batch_size` = the
-responses, `per_device_train_batch_size` = responses / minibatches, `num_iterations` = epochs, and
-`max_steps` = updates x epochs x minibatches optimizer steps. The KL coefficient is GRPO's beta,
-the clip range its epsilon. Training prompts are the world train split with the seed PPO uses
+responses, `per_device_train_batch_size` = responses / minibatches, `num_iterations` the same, and
+GRPO's `max_steps` = our `max_steps` (updates) x epochs x minibatches optimizer steps; `beta` and
+`epsilon` are GRPO's own. Earlier flag names (`--policy`, `--num_updates`, ...) work, with a
+deprecation line, as for rl/ppo_step.py. Training prompts are the world train split with the seed PPO uses
 (never seen in SFT); evaluation is the world test split; the probe is the dev split.
 
 Writes OUTPUT_DIR/{metrics.jsonl (probe rows with `update` and `rollouts`), eval.json (the keys of a
@@ -18,7 +22,6 @@ PPO run's eval.json, read by scripts/ppo_report.py), eval_before_rows.jsonl, eva
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -27,41 +30,37 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from rl.ppo_config import ConfigError, StepPPOConfig, parse_with_ppo_settings  # noqa: E402
 
-def parse(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--policy", required=True)
-    p.add_argument("--output_dir", required=True)
-    p.add_argument("--num_updates", type=int, default=120)
-    p.add_argument("--prompts_per_update", type=int, default=16)
-    p.add_argument("--samples_per_prompt", type=int, default=8)
-    p.add_argument("--num_mini_batches", type=int, default=4)
-    p.add_argument("--ppo_epochs", type=int, default=2)
-    p.add_argument("--learning_rate", type=float, default=2e-5)
-    p.add_argument("--kl_coef", type=float, default=0.02)
-    p.add_argument("--cliprange", type=float, default=0.2)
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--max_new_tokens", type=int, default=128)
-    p.add_argument("--n_prompts", type=int, default=4000)
-    p.add_argument("--n_eval", type=int, default=500)
-    p.add_argument("--n_probe", type=int, default=100)
-    p.add_argument("--probe_every", type=int, default=10)
-    p.add_argument("--world_seed", type=int, default=0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--bootstrap_resamples", type=int, default=2000)
-    args = p.parse_args(argv)
-    batch = args.prompts_per_update * args.samples_per_prompt
-    if min(args.num_updates, args.prompts_per_update, args.num_mini_batches, args.ppo_epochs) < 1 \
-            or args.samples_per_prompt < 2 or batch % args.num_mini_batches:
-        p.error("need updates, prompts, minibatches, epochs >= 1, samples_per_prompt >= 2 and "
-                "prompts x samples divisible by the minibatches")
-    if not (Path(args.policy) / "config.json").exists():
-        p.error(f"--policy {args.policy}: no model there (config.json missing)")
-    return args
+# The PPO settings the peer shares with our run (the rest of StepPPOConfig is refused).
+USES = frozenset({
+    "model_name_or_path", "output_dir", "max_steps", "prompts_per_update", "num_generations", "num_mini_batches",
+    "num_iterations", "learning_rate", "beta", "epsilon", "temperature", "max_completion_length", "n_prompts",
+    "n_eval", "n_probe", "probe_every", "world_seed", "seed", "bootstrap_resamples",
+})
+
+
+def parse(argv: list[str] | None) -> tuple[StepPPOConfig, None]:
+    """The peer's settings (it has none of its own); ConfigError (one line) for a flag it does not
+    use or a bad value."""
+    return parse_with_ppo_settings(argv, None, USES, "rl.grpo_peer", required=("model_name_or_path", "output_dir"),
+                                   check=_check)
+
+
+def _check(args: StepPPOConfig, _own: None) -> None:
+    if args.num_generations < 2:
+        raise ConfigError(f"--num_generations must be >= 2 (GRPO compares a prompt's samples), "
+                          f"got {args.num_generations}")
+    if not (Path(args.model_name_or_path) / "config.json").exists():
+        raise ConfigError(f"--model_name_or_path {args.model_name_or_path}: no model there (config.json missing)")
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
+    try:
+        args, _ = parse(argv)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     from reasoning.threads import one_thread_unless_told
 
     one_thread_unless_told()
@@ -79,37 +78,37 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    world = world_config_of(args.policy)
+    world = world_config_of(args.model_name_or_path)
     train_rows = generate("train", args.n_prompts, args.world_seed + PROMPT_SEED_OFFSET, world)
     evaluation = [row_to_problem(r) for r in generate("test", args.n_eval, args.world_seed, world)]
     probe = [row_to_problem(r) for r in generate("dev", args.n_probe, args.world_seed, world)]
-    tok = AutoTokenizer.from_pretrained(args.policy)
+    tok = AutoTokenizer.from_pretrained(args.model_name_or_path)
     tok.pad_token = tok.pad_token or tok.eos_token
     if tok("x")["input_ids"] != tok("x", add_special_tokens=False)["input_ids"]:
         print("warning: the tokenizer adds special tokens; GRPO's prompts carry them, ours do not",
               file=sys.stderr)
     set_seed(args.seed)
-    model = AutoModelForCausalLM.from_pretrained(args.policy)
+    model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path)
 
     def evaluate(problems: list[Problem]) -> dict:
         was = model.training
         model.eval()
         with torch.no_grad():
-            result = greedy_eval(HFGenerator(model, tok, batch_size=100), problems, args.max_new_tokens)
+            result = greedy_eval(HFGenerator(model, tok, batch_size=100), problems, args.max_completion_length)
         model.train(was)
         return result
 
     def gold(prompts, completions, answer, **_):
         return [float(stated_and_correct(c, Problem(id="", question="", answer=a))) for c, a in zip(completions, answer)]
 
-    batch = args.prompts_per_update * args.samples_per_prompt
-    steps_per_update = args.ppo_epochs * args.num_mini_batches
+    batch = args.prompts_per_update * args.num_generations
+    steps_per_update = args.num_iterations * args.num_mini_batches
     config = GRPOConfig(
         output_dir=str(out / "trl"), learning_rate=args.learning_rate, lr_scheduler_type="constant",
         per_device_train_batch_size=batch // args.num_mini_batches, generation_batch_size=batch,
-        num_generations=args.samples_per_prompt, num_iterations=args.ppo_epochs, beta=args.kl_coef,
-        epsilon=args.cliprange, temperature=args.temperature, top_k=0, max_completion_length=args.max_new_tokens,
-        max_steps=args.num_updates * steps_per_update, bf16=False, seed=args.seed, report_to="none",
+        num_generations=args.num_generations, num_iterations=args.num_iterations, beta=args.beta,
+        epsilon=args.epsilon, temperature=args.temperature, top_k=0, max_completion_length=args.max_completion_length,
+        max_steps=args.max_steps * steps_per_update, bf16=False, seed=args.seed, report_to="none",
         logging_steps=steps_per_update, save_strategy="no", disable_tqdm=True, max_grad_norm=1.0,
         gradient_accumulation_steps=1, use_cpu=not torch.cuda.is_available(),
     )
@@ -142,9 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.time() - start
     after = evaluate(evaluation)
     _write(out / "eval_after_rows.jsonl", after["rows"])
-    result = {"peer": "trl.GRPOTrainer", "reward": "gold", "updates": args.num_updates,
+    result = {"peer": "trl.GRPOTrainer", "reward": "gold", "updates": args.max_steps,
               "responses_per_update": batch, "train_seconds": round(seconds, 1),
-              "seconds_per_update": round(seconds / args.num_updates, 2),
+              "seconds_per_update": round(seconds / args.max_steps, 2),
               **compare_greedy_rows(before["rows"], after["rows"], args.bootstrap_resamples, args.seed)}
     (out / "eval.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result))
