@@ -17,6 +17,18 @@ from reward_models.verifier import AGGREGATIONS
 from rl.ppo_math import STEP_CREDITS
 from rl.step_rewards import SHAPING_MODES
 
+DEFAULT_POLICY = "outputs/sft_tiny"
+"""The default policy: `python -m rl.sft`'s embedded default, built first when absent (rl/build_defaults.py)."""
+DEFAULT_VERIFIER_LM = "outputs/sft_tiny_clean"
+"""The default verifier LM: the tiny policy's recipe taught by the clean teacher (no step label)."""
+DEFAULT_VERIFIER = f"step-likelihood:{DEFAULT_VERIFIER_LM}"
+"""The default verifier: the verifier LM's step likelihood (docs/results/reward_agreement.md, "Does a verifier order the
+policy's own samples as the answer check does?": the verifier without exact labels whose reward
+raises greedy accuracy here; the tiny PSVs' do not)."""
+TREE_PSV = "outputs/psv_tiny"
+"""The tiny PSV from StepCo-tree labels of the policy's own paths, built when named and absent."""
+BUILDABLE_VERIFIERS = (DEFAULT_VERIFIER, TREE_PSV)
+
 REWARD_MODES = ("step", "outcome", "gold", "step+gold")
 ADVANTAGE_ESTIMATORS = ("gae", "rloo", "group", "mc_values")
 KL_ESTIMATORS = ("k1", "k2", "k3")
@@ -39,7 +51,7 @@ class StepPPOConfig(TrainingArguments):
 
     # --- models -------------------------------------------------------------------------------
     model_name_or_path: str = field(
-        default="outputs/sft_tiny",
+        default=DEFAULT_POLICY,
         metadata={"help": "The policy: an SFT save_pretrained directory or a Hub id (was --policy)."},
     )
     sft_seed: int = field(
@@ -50,14 +62,14 @@ class StepPPOConfig(TrainingArguments):
                           "refused before anything loads."},
     )
     verifier: str = field(
-        default="step-likelihood:outputs/sft_tiny_clean",
+        default=DEFAULT_VERIFIER,
         metadata={"help": "Verifier spec (reward_models.load): a PSV directory, 'exact' (world only), "
                           "'step-confidence:PATH' (a frozen policy's own probabilities), "
                           "'step-likelihood:PATH' (a verifier LM's probabilities of each step), 'product:A,B', "
                           "... Read only by --reward step, outcome and step+gold. The default is a labelled "
                           "reference, not a user's verifier: a verifier LM taught by the clean teacher (privileged "
                           "demonstrations: the tiny policy's recipe with `python -m rl.sft --teacher_noise none` in "
-                          "the policy's world; no step label, no gold answer). It and 'outputs/psv_tiny' (a PSV "
+                          f"the policy's world; no step label, no gold answer). It and '{TREE_PSV}' (a PSV "
                           "from StepCo-tree labels of the policy's own paths) are built first when absent "
                           "(--build_missing)."},
     )

@@ -23,11 +23,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 def main(argv: list[str] | None = None) -> int:
     import json
 
+    from rl.build_defaults import ensure_default_models
     from rl.ppo_config import ConfigError, flush_deprecations, in_users_words, parse_config
     from rl.ppo_setup import (
         check_inputs,
         check_prompt_sets,
-        ensure_default_models,
         load_critic,
         load_policy,
         load_probe_problems,
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     from reasoning.threads import available_cores
 
     torch.set_num_threads(args.num_threads or max(1, available_cores() // state.num_processes))
-    ensure_default_models(args, state.is_main_process)
+    ensure_default_models(args, state.is_main_process)  # the no-argument run's models, when absent
     state.wait_for_everyone()
     train, train_rows = train_set.problems, train_set.world_rows
     evaluation = [] if eval_set is None else eval_set.problems

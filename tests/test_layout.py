@@ -139,3 +139,23 @@ def test_the_wheel_ships_the_toolkit_only():
     shipped = setuptools.find_packages(str(ROOT), include=find["include"], exclude=find.get("exclude", ()))
     assert {name.split(".")[0] for name in shipped} == set(PACKAGES)
     assert (ROOT / "experiments" / "__init__.py").exists()
+
+
+def test_ppo_setup_loads_and_rl_build_defaults_builds():
+    """Loading a run's models (rl/ppo_setup.py) and building the no-argument run's missing ones
+    (rl/build_defaults.py, which rl/ppo_step.py calls) are two modules: the loader trains nothing."""
+    builders = {"rl.sft", "reward_models.annotate", "reward_models.train"}
+
+    def imported(path: Path) -> set[str]:  # `from rl import sft` imports rl and rl.sft
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module)
+                names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        return names
+
+    assert not imported(ROOT / "rl" / "ppo_setup.py") & builders
+    assert imported(ROOT / "rl" / "build_defaults.py") & builders
+    assert "rl.build_defaults" in imported(ROOT / "rl" / "ppo_step.py")
