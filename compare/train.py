@@ -15,6 +15,7 @@ from typing import Any
 from compare.cache import MARKER, Artefact, verifier_spec, write_marker
 from compare.config import ROOT, VERIFIER_LM, CompareConfig, CompareError, ppo_flags, to_argv
 from compare.jobs import log, run_logged
+from rl.run_dir import RunDir
 
 
 def sft_args(cfg: CompareConfig, art: Artefact) -> dict[str, Any]:
@@ -65,7 +66,7 @@ def build_sft(cfg: CompareConfig, art: Artefact, log_dir: Path) -> None:
             raise CompareError(f"rl.sft ({art.name}) failed with exit code {code}")
     extra = {}
     try:
-        ev = json.loads((art.dir / "eval.json").read_text())
+        ev = json.loads(RunDir(art.dir).eval.read_text())
         extra = {"greedy_accuracy": ev.get("greedy_accuracy"), "n_eval": ev.get("n"),
                  "train_seconds": ev.get("train_seconds")}
     except (OSError, json.JSONDecodeError):
@@ -124,7 +125,7 @@ def finish_ppo(art: Artefact) -> None:
     """Check the PPO run's policy and write its marker (build time: the run's own train_seconds)."""
     extra: dict[str, Any] = {}
     try:
-        ev = json.loads((art.dir / "eval.json").read_text())
+        ev = json.loads(RunDir(art.dir).eval.read_text())
         extra = {k: ev.get(k) for k in ("updates", "responses_per_update", "train_seconds", "greedy_accuracy_before",
                                          "greedy_accuracy_after", "prompt_too_long") if k in ev}
     except (OSError, json.JSONDecodeError):

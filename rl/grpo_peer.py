@@ -30,7 +30,13 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from reasoning.jsonl import write_jsonl  # noqa: E402
+from reasoning.prompts import solve_prompt  # noqa: E402
+from reasoning.steps import answer_correct  # noqa: E402
+from reasoning.threads import one_thread_unless_told  # noqa: E402
+from reasoning.types import Problem  # noqa: E402
 from rl.ppo_config import ConfigError, StepPPOConfig, parse_with_ppo_settings  # noqa: E402
+from rl.run_dir import RunDir  # noqa: E402
 
 # The PPO settings the peer shares with our run (the rest of StepPPOConfig is refused).
 USES = frozenset({
@@ -61,8 +67,6 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    from reasoning.threads import one_thread_unless_told
-
     one_thread_unless_told()
     import torch
     from datasets import Dataset
@@ -70,18 +74,15 @@ def main(argv: list[str] | None = None) -> int:
     from trl import GRPOConfig, GRPOTrainer
 
     from inference.backends.hf import HFGenerator
-    from reasoning.prompts import solve_prompt
-    from reasoning.types import Problem
-    from reasoning.world import generate, row_to_problem, world_config_of
-    from rl.evaluation import compare_greedy_rows, greedy_eval, stated_and_correct
-    from rl.ppo_setup import PROMPT_SEED_OFFSET
+    from rl.evaluation import compare_greedy_rows, greedy_eval
+    from rl.ppo_setup import load_problems
 
-    out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    world = world_config_of(args.model_name_or_path)
-    train_rows = generate("train", args.n_prompts, args.world_seed + PROMPT_SEED_OFFSET, world)
-    evaluation = [row_to_problem(r) for r in generate("test", args.n_eval, args.world_seed, world)]
-    probe = [row_to_problem(r) for r in generate("dev", args.n_probe, args.world_seed, world)]
+    run = RunDir(args.output_dir)
+    run.root.mkdir(parents=True, exist_ok=True)
+    # the PPO run's problems: world train prompts (a seed SFT never saw), test split, dev probe
+    _, train_rows = load_problems("world", args.n_prompts, args, "train")
+    evaluation = load_problems("world", args.n_eval, args, "test")[0]
+    probe = load_problems("world", args.n_probe, args, "dev")[0]
     tok = AutoTokenizer.from_pretrained(args.model_name_or_path)
     tok.pad_token = tok.pad_token or tok.eos_token
     if tok("x")["input_ids"] != tok("x", add_special_tokens=False)["input_ids"]:
@@ -99,12 +100,12 @@ def main(argv: list[str] | None = None) -> int:
         return result
 
     def gold(prompts, completions, answer, **_):
-        return [float(stated_and_correct(c, Problem(id="", question="", answer=a))) for c, a in zip(completions, answer)]
+        return [float(answer_correct(c, Problem(id="", question="", answer=a))) for c, a in zip(completions, answer)]
 
     batch = args.prompts_per_update * args.num_generations
     steps_per_update = args.num_iterations * args.num_mini_batches
     config = GRPOConfig(
-        output_dir=str(out / "trl"), learning_rate=args.learning_rate, lr_scheduler_type="constant",
+        output_dir=str(run.trl), learning_rate=args.learning_rate, lr_scheduler_type="constant",
         per_device_train_batch_size=batch // args.num_mini_batches, generation_batch_size=batch,
         num_generations=args.num_generations, num_iterations=args.num_iterations, beta=args.beta,
         epsilon=args.epsilon, temperature=args.temperature, top_k=0, max_completion_length=args.max_completion_length,
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         gradient_accumulation_steps=1, use_cpu=not torch.cuda.is_available(),
     )
     data = Dataset.from_list([{"prompt": solve_prompt(r["question"]), "answer": r["answer"]} for r in train_rows])
-    metrics_path = out / "metrics.jsonl"
+    metrics_path = run.metrics
     metrics_path.unlink(missing_ok=True)
 
     class Probe(TrainerCallback):
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                 self.log(state.global_step // steps_per_update)
 
     before = evaluate(evaluation)
-    _write(out / "eval_before_rows.jsonl", before["rows"])
+    write_jsonl(run.before_rows, before["rows"])
     callback = Probe()
     callback.log(0)
     trainer = GRPOTrainer(model=model, reward_funcs=gold, args=config, train_dataset=data, processing_class=tok,
@@ -140,20 +141,14 @@ def main(argv: list[str] | None = None) -> int:
     trainer.train()
     seconds = time.time() - start
     after = evaluate(evaluation)
-    _write(out / "eval_after_rows.jsonl", after["rows"])
+    write_jsonl(run.after_rows, after["rows"])
     result = {"peer": "trl.GRPOTrainer", "reward": "gold", "updates": args.max_steps,
               "responses_per_update": batch, "train_seconds": round(seconds, 1),
               "seconds_per_update": round(seconds / args.max_steps, 2),
               **compare_greedy_rows(before["rows"], after["rows"], args.bootstrap_resamples, args.seed)}
-    (out / "eval.json").write_text(json.dumps(result, indent=2))
+    run.eval.write_text(json.dumps(result, indent=2))
     print(json.dumps(result))
     return 0
-
-
-def _write(path: Path, rows: list[dict]) -> None:
-    with path.open("w") as fh:
-        for row in rows:
-            fh.write(json.dumps(row) + "\n")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ from reasoning.types import Problem
 from reasoning.world import world_config_of
 from rl.ppo_config import BUILDABLE_VERIFIERS, DEFAULT_POLICY, ConfigError, StepPPOConfig
 
-
 # World training prompts of PPO use a seed SFT never saw (SFT: world_seed), so rollouts are fresh.
 PROMPT_SEED_OFFSET = 1
 

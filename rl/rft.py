@@ -28,7 +28,12 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from reasoning.jsonl import write_jsonl  # noqa: E402
+from reasoning.prompts import solve_prompt  # noqa: E402
+from reasoning.steps import answer_correct, has_answer, split_steps  # noqa: E402
+from reasoning.threads import one_thread_unless_told  # noqa: E402
 from rl.ppo_config import ConfigError, StepPPOConfig, parse_with_ppo_settings  # noqa: E402
+from rl.run_dir import RunDir  # noqa: E402
 
 # The PPO settings RFT shares with a PPO run (the rest of StepPPOConfig is refused).
 USES = frozenset({
@@ -85,8 +90,6 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    from reasoning.threads import one_thread_unless_told
-
     one_thread_unless_told()
     import torch
     from datasets import Dataset
@@ -95,18 +98,15 @@ def main(argv: list[str] | None = None) -> int:
 
     from inference.backends.base import SamplingParams
     from inference.backends.hf import HFGenerator
-    from reasoning.prompts import solve_prompt
-    from reasoning.steps import split_steps
-    from reasoning.world import carry_world_files, generate, row_to_problem, world_config_of
-    from reward_models.annotate import has_answer
-    from rl.evaluation import compare_greedy_rows, greedy_eval, stated_and_correct
-    from rl.ppo_setup import PROMPT_SEED_OFFSET
+    from rl.evaluation import compare_greedy_rows, greedy_eval
+    from rl.ppo_setup import load_problems
+    from rl.problem_hooks import WORLD_HOOKS
 
-    out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    world = world_config_of(args.model_name_or_path)
-    train = [row_to_problem(r) for r in generate("train", n_prompts(args), args.world_seed + PROMPT_SEED_OFFSET, world)]
-    test = [row_to_problem(r) for r in generate("test", args.n_eval, args.world_seed, world)]
+    run = RunDir(args.output_dir)
+    run.root.mkdir(parents=True, exist_ok=True)
+    # the PPO run's problems: the first of its world train prompts, and the test split
+    train = load_problems("world", n_prompts(args), args, "train")[0]
+    test = load_problems("world", args.n_eval, args, "test")[0]
     set_seed(args.seed)
     tok = AutoTokenizer.from_pretrained(args.model_name_or_path)
     model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path).eval()
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         verifier = load_verifier(args.verifier, args.model_name_or_path)
     for problem, group in zip(train, samples):
         for c in group:
-            correct = stated_and_correct(c.text, problem)
+            correct = answer_correct(c.text, problem)
             right += correct
             if own.accept == "answer" and correct:
                 kept.append({"prompt": solve_prompt(problem.question), "completion": c.text})
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     if not kept:
         print("error: no sample was accepted; nothing to fine-tune on", file=sys.stderr)
         return 2
-    config = SFTConfig(output_dir=str(out / "trl"), learning_rate=args.learning_rate, num_train_epochs=own.epochs,
+    config = SFTConfig(output_dir=str(run.trl), learning_rate=args.learning_rate, num_train_epochs=own.epochs,
                        per_device_train_batch_size=32, lr_scheduler_type="cosine", warmup_steps=0.03,
                        bf16=False, report_to="none", save_strategy="no", logging_steps=50, seed=args.seed,
                        disable_tqdm=True, use_cpu=not torch.cuda.is_available())
@@ -146,19 +146,18 @@ def main(argv: list[str] | None = None) -> int:
     model.eval()
     with torch.no_grad():
         after = greedy_eval(HFGenerator(model, tok, batch_size=128), test, args.max_completion_length)
-    trainer.save_model(str(out / "policy"))
-    tok.save_pretrained(str(out / "policy"))
-    carry_world_files(args.model_name_or_path, out / "policy")
-    for name, rows in (("eval_before_rows.jsonl", before["rows"]), ("eval_after_rows.jsonl", after["rows"])):
-        with (out / name).open("w") as fh:
-            fh.writelines(json.dumps(r) + "\n" for r in rows)
-    (out / "metrics.jsonl").write_text("")
+    trainer.save_model(str(run.policy))
+    tok.save_pretrained(str(run.policy))
+    WORLD_HOOKS.carry_files(args.model_name_or_path, run.policy)
+    write_jsonl(run.before_rows, before["rows"])
+    write_jsonl(run.after_rows, after["rows"])
+    run.metrics.write_text("")
     total = len(train) * args.num_generations
     result = {"baseline": f"rft-{own.accept}", "rollouts": total, "sampled_accuracy": right / total,
               "kept": len(kept), "updates": 1, "responses_per_update": total,
               "train_seconds": round(time.time() - start, 1), "sample_seconds": round(sample_seconds, 1),
               **compare_greedy_rows(before["rows"], after["rows"], args.bootstrap_resamples, args.seed)}
-    (out / "eval.json").write_text(json.dumps(result, indent=2))
+    run.eval.write_text(json.dumps(result, indent=2))
     print(json.dumps(result))
     return 0
 

@@ -208,8 +208,8 @@ def test_verifier_separation_pairs_and_shares(tmp_path):
     separates every pair, and a verifier that prefers the misreading separates none."""
     import json
 
-    from reasoning.world import error_kind, generate
     from experiments.verifier_separation import main, pairs_of, separation
+    from reasoning.world import error_kind, generate
 
     rows = generate("dev", 80, 0)
     pairs = pairs_of(rows)
