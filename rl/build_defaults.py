@@ -13,6 +13,7 @@ from pathlib import Path
 from reasoning.world import WorldConfig, world_config_of
 from rl.ppo_config import DEFAULT_POLICY, DEFAULT_VERIFIER, DEFAULT_VERIFIER_LM, TREE_PSV, StepPPOConfig
 from rl.ppo_setup import log
+from rl.step_rewards import REWARDS
 
 
 def _train_sft(argv: list[str], what: str) -> None:
@@ -79,7 +80,7 @@ def ensure_default_models(args: StepPPOConfig, is_main: bool) -> None:
         return
     if args.model_name_or_path == DEFAULT_POLICY and not Path(args.model_name_or_path).exists():
         build_default_policy(args.model_name_or_path, args.sft_seed)
-    if args.reward == "gold":
+    if not REWARDS[args.reward].verifier:
         return
     if args.verifier == DEFAULT_VERIFIER:
         if not Path(DEFAULT_VERIFIER_LM).exists():

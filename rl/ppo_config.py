@@ -14,8 +14,8 @@ from typing import Any
 from transformers import TrainingArguments
 
 from reward_models.verifier import AGGREGATIONS
-from rl.ppo_math import STEP_CREDITS
-from rl.step_rewards import SHAPING_MODES
+from rl.ppo_math import ESTIMATORS, STEP_CREDITS
+from rl.step_rewards import REWARDS, SHAPING_MODES
 
 DEFAULT_POLICY = "outputs/sft_tiny"
 """The default policy: `python -m rl.sft`'s embedded default, built first when absent (rl/build_defaults.py)."""
@@ -29,8 +29,8 @@ TREE_PSV = "outputs/psv_tiny"
 """The tiny PSV from StepCo-tree labels of the policy's own paths, built when named and absent."""
 BUILDABLE_VERIFIERS = (DEFAULT_VERIFIER, TREE_PSV)
 
-REWARD_MODES = ("step", "outcome", "gold", "step+gold")
-ADVANTAGE_ESTIMATORS = ("gae", "rloo", "group", "mc_values")
+REWARD_MODES = tuple(REWARDS)
+ADVANTAGE_ESTIMATORS = tuple(ESTIMATORS)
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
 
@@ -317,7 +317,7 @@ class StepPPOConfig(TrainingArguments):
             raise ValueError(f"--temperature must be > 0 for PPO rollouts, got {self.temperature}")
         if not 0 <= self.gamma <= 1 or not 0 <= self.lam <= 1:
             raise ValueError("--gamma and --lam must be in [0, 1]")
-        if self.advantage_estimator in ("rloo", "group", "mc_values") and self.num_generations < 2:
+        if ESTIMATORS[self.advantage_estimator].groups and self.num_generations < 2:
             raise ValueError(f"--advantage_estimator {self.advantage_estimator} needs --num_generations >= 2")
         batch = self.prompts_per_update * self.num_generations
         if batch % self.num_mini_batches:
@@ -325,10 +325,10 @@ class StepPPOConfig(TrainingArguments):
                              f"num_mini_batches ({self.num_mini_batches})")
         if self.beta < 0:
             raise ValueError(f"--beta must be >= 0, got {self.beta}")
-        if self.drop_flat_groups and self.advantage_estimator != "group":
+        if self.drop_flat_groups and not ESTIMATORS[self.advantage_estimator].drops_flat_groups:
             raise ValueError("--drop_flat_groups needs --advantage_estimator group (it drops the prompts whose "
                              f"samples all got the same rewards); got {self.advantage_estimator!r}")
-        if self.advantage_estimator == "mc_values":
+        if ESTIMATORS[self.advantage_estimator].monte_carlo:
             self._check_mc_values()
         if self.entropy_coef < 0:
             raise ValueError(f"--entropy_coef must be >= 0, got {self.entropy_coef}")
@@ -341,7 +341,7 @@ class StepPPOConfig(TrainingArguments):
         rewards of sampled continuations, graded as the gold reward grades a response)."""
         if self.mc_rollouts < 1:
             raise ValueError(f"--mc_rollouts must be >= 1, got {self.mc_rollouts}")
-        if self.reward != "gold":
+        if REWARDS[self.reward].verifier or not REWARDS[self.reward].gold:  # the answer check alone
             raise ValueError("--advantage_estimator mc_values grades its continuations with the answer check: it "
                              f"needs --reward gold, got {self.reward!r}")
         if self.gamma != 1:
@@ -362,7 +362,7 @@ def check_online_update(config: StepPPOConfig) -> None:
         return
     from reward_models.load import spec_parts, split_spec
 
-    if config.reward == "gold" or not any(split_spec(p)[0] == "implicit" for p in spec_parts(config.verifier)):
+    if not REWARDS[config.reward].verifier or not any(split_spec(p)[0] == "implicit" for p in spec_parts(config.verifier)):
         raise ValueError(f"--verifier_online_update trains an implicit PRM: it needs --verifier implicit:PATH and a "
                          f"verifier reward; got --verifier {config.verifier} --reward {config.reward}")
     if config.verifier_online_steps < 1:

@@ -23,6 +23,8 @@ from reasoning.problem_sets import (
 from reasoning.types import Problem
 from reasoning.world import world_config_of
 from rl.ppo_config import BUILDABLE_VERIFIERS, DEFAULT_POLICY, ConfigError, StepPPOConfig
+from rl.ppo_math import ESTIMATORS
+from rl.step_rewards import REWARDS
 
 # World training prompts of PPO use a seed SFT never saw (SFT: world_seed), so rollouts are fresh.
 PROMPT_SEED_OFFSET = 1
@@ -68,7 +70,7 @@ def check_inputs(args: StepPPOConfig) -> None:
         if not (builds and args.policy == DEFAULT_POLICY):
             check_model_path("--model_name_or_path", args.policy)
         check_default_policy_seed(args)
-        if args.reward != "gold" and not (builds and args.verifier in BUILDABLE_VERIFIERS):
+        if REWARDS[args.reward].verifier and not (builds and args.verifier in BUILDABLE_VERIFIERS):
             check_spec(args.verifier, args.policy)
             if "exact" in spec_parts(args.verifier) and args.dataset != "world":
                 raise ValueError("the exact verifier checks world problems only: use --dataset world")
@@ -157,7 +159,7 @@ def load_policy(args: StepPPOConfig):
 def load_critic(args: StepPPOConfig, tokenizer):
     """A token-classification model with one label: the PSV's weights or the policy's backbone;
     None under a critic-free estimator (`group`, `rloo`), which has no use for one."""
-    if args.advantage_estimator != "gae":
+    if not ESTIMATORS[args.advantage_estimator].uses_critic:
         return None
     from reward_models.load import psv_dir_kind, spec_parts
     from reward_models.psv import init_psv_from_policy, load_psv_model

@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         load_verifier_for,
     )
     from rl.ppo_trainer import StepPPOTrainer
+    from rl.step_rewards import REWARDS
 
     try:  # every flag, recipe, path, data and OUTPUT_DIR error before the first model loads
         args = parse_config(argv, defer_notes=True)
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     policy, tokenizer = load_policy(args)
     critic = load_critic(args, tokenizer)
     verifier = None
-    if args.reward != "gold":
+    if REWARDS[args.reward].verifier:
         verifier = load_verifier_for(args, train_rows, state.device)
     trainer = StepPPOTrainer(args, policy, tokenizer, critic, verifier, train, evaluation, probe_problems=probe,
                              prompt_too_long=prompt_too_long)

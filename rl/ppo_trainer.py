@@ -48,6 +48,7 @@ from rl.ppo_config import StepPPOConfig
 from rl.problem_hooks import WORLD_HOOKS, ProblemHooks
 from rl.run_dir import CHECKPOINT_STATE, RunDir, prepare_run_dir
 from rl.step_rewards import (
+    REWARDS,
     RunningMeanStd,
     assign_rewards,
     char_to_token_positions,
@@ -136,12 +137,12 @@ class StepPPOTrainer:
             import copy
 
             ref_policy = copy.deepcopy(policy).requires_grad_(False).eval()
-        if config.advantage_estimator != "gae":
+        if not M.ESTIMATORS[config.advantage_estimator].uses_critic:
             # critic-free estimators: a critic would only cost a model's memory, its forwards and a
             # saved copy (a whole second 7B model on the GPU recipes), so none is kept
             critic = None
         elif critic is None:
-            raise ValueError("--advantage_estimator gae needs a critic")
+            raise ValueError(f"--advantage_estimator {config.advantage_estimator} needs a critic")
         self.model = PolicyAndCritic(policy, critic)
         params = [{"params": [p for p in policy.parameters() if p.requires_grad], "lr": config.learning_rate}]
         if critic is not None:
@@ -290,8 +291,8 @@ class StepPPOTrainer:
         n, width = batch.response_ids.shape
         lengths = batch.response_mask.sum(-1).long().tolist()
         paths = [split_steps(t) for t in batch.texts]
-        use_verifier = args.reward in ("step", "outcome", "step+gold")
-        use_gold = args.reward in ("gold", "step+gold")
+        mode = REWARDS[args.reward]
+        use_verifier, use_gold = mode.verifier, mode.gold
         scores: list[list[float] | None] = [None] * n
         if use_verifier:
             idx = [i for i, p in enumerate(paths) if p.steps and all(s.strip() for s in p.steps)]
@@ -319,7 +320,7 @@ class StepPPOTrainer:
                 s = scores[i]
                 stats["step_score_sum"] += sum(s)
                 stats["scored_steps"] += len(s)
-                if args.reward in ("step", "step+gold"):
+                if mode.steps:
                     ends = step_end_char_positions(batch.texts[i])
                     if len(ends) == len(s) and body:
                         offsets = offsets_from_token_ids(tok, body)
@@ -357,7 +358,7 @@ class StepPPOTrainer:
             # is paid there (an outcome or gold reward, a penalty, or steps that could not be located)
             for k in (credited_steps(scores[i], args.reward_shaping) if positions else []):
                 reward_mask[i, positions[k]] = 1.0
-            if not positions or args.reward in ("outcome", "gold", "step+gold") or penalty:
+            if not positions or mode.pays_last_token or penalty:
                 reward_mask[i, n_tokens - 1] = 1.0
         if args.reward_clip is not None:
             rewards = clip_rewards(rewards, args.reward_clip)
@@ -533,51 +534,39 @@ class StepPPOTrainer:
         mask = batch.response_mask
         n = mask.shape[0]
         rows = torch.arange(n, device=mask.device)
+        estimator = M.ESTIMATORS[args.advantage_estimator]
         self.model.eval()
         with torch.no_grad():
-            _, old_logprobs, old_values = self._forward(self.model, batch, rows, with_values=args.advantage_estimator == "gae")
+            _, old_logprobs, old_values = self._forward(self.model, batch, rows, with_values=estimator.uses_critic)
             ref_logprobs = self._ref_logprobs(batch, rows)
         kl = M.per_token_kl(old_logprobs, ref_logprobs, args.kl_estimator) * mask
         extra: dict[str, float] = {}
         if self.online_prms:  # PRIME: the PRM learns from this update's rollouts after rewarding them
             extra.update(self._online_verifier_update(batch))
-        # GRPO's placement of the KL penalty: a loss term, not a reward (mc_values' advantages are
-        # differences of Monte Carlo values, which a per-token reward would not enter)
-        kl_in_loss = args.advantage_estimator in ("group", "mc_values")
         loss_mask = mask  # the tokens the loss averages over
-        token_rewards = scores if kl_in_loss else scores - self.kl_ctl.value * kl
-        if args.advantage_estimator == "gae":
-            advantages, returns = M.gae(token_rewards, old_values * mask, mask, args.gamma, args.lam)
-            extra["value/explained_variance"] = M.explained_variance(old_values, returns, mask)
-        elif args.advantage_estimator == "group":
-            advantages, group_stats = M.group_step_advantages(token_rewards, batch.reward_mask, mask,
-                                                              args.samples_per_prompt, credit=args.step_credit)
-            extra["rollout/flat_reward_groups"] = group_stats["flat_groups"]
-            returns = old_values = torch.zeros_like(advantages)
-            if args.drop_flat_groups:  # DAPO: no flat group in the loss; the others keep their weight
-                kept = ~group_stats["flat_rows"]
-                loss_mask = mask * kept[:, None].to(mask.dtype)
-        elif args.advantage_estimator == "mc_values":  # VinePPO: Monte Carlo values of step boundaries
+        token_rewards = scores if estimator.kl_in_loss else scores - self.kl_ctl.value * kl
+
+        def step_values():  # mc_values: continuations sampled from every step boundary (VinePPO)
             t_mc = time.time()
-            step_values, token_steps, mc_stats = self.mc_step_values(batch, scores)
-            advantages = M.step_value_advantages(step_values, token_steps, mask.cpu()).to(mask.device)
-            extra.update(mc_stats)
-            extra["time/mc_values"] = time.time() - t_mc
-            returns = old_values = torch.zeros_like(advantages)
-        else:
-            togo = M.discounted_returns(token_rewards, mask, args.gamma)
-            baseline = M.leave_one_out_baseline(togo[:, 0], args.samples_per_prompt)
-            advantages = (togo - baseline[:, None]) * mask
-            returns = togo
-            old_values = torch.zeros_like(togo)
+            values_of_steps, token_steps, mc_stats = self.mc_step_values(batch, scores)
+            return values_of_steps, token_steps, {**mc_stats, "time/mc_values": time.time() - t_mc}
+
+        estimate = estimator.estimate(token_rewards, old_values, batch.reward_mask, mask, gamma=args.gamma, lam=args.lam,
+                                      group_size=args.samples_per_prompt, credit=args.step_credit,
+                                      step_values=step_values)
+        advantages, returns, old_values = estimate.advantages, estimate.returns, estimate.values
+        extra.update(estimate.stats)
+        if args.drop_flat_groups:  # DAPO: no flat group in the loss; the others keep their weight
+            kept = ~estimate.flat_rows
+            loss_mask = mask * kept[:, None].to(mask.dtype)
         extra["rollout/tokens"] = mask.sum().item() + extra.get("rollout/mc_tokens", 0.0)  # every sampled token
-        if args.whiten_advantages and args.advantage_estimator != "group":  # group advantages are normalised
+        if args.whiten_advantages and not estimator.normalised:
             advantages = M.masked_whiten(advantages, mask) * mask
         finite = M.is_finite_batch(token_rewards, advantages, returns, old_logprobs)
         if not self._all_ranks(finite):
             self.skipped_batches += 1
             return {"skipped": 1.0, "skipped_batches": float(self.skipped_batches), **reward_stats}
-        warming_up = args.advantage_estimator == "gae" and update < args.critic_warmup_updates
+        warming_up = estimator.uses_critic and update < args.critic_warmup_updates
         policy_coef = 0.0 if warming_up else 1.0
         self.model.train()
         stats: dict[str, list[float]] = {}
@@ -589,14 +578,13 @@ class StepPPOTrainer:
             for start in range(0, n, mb_size):
                 mb = order[start : start + mb_size]
                 m = loss_mask[mb]
-                logits, logprobs, values = self._forward(self.model, batch, mb,
-                                                         with_values=args.advantage_estimator == "gae")
+                logits, logprobs, values = self._forward(self.model, batch, mb, with_values=estimator.uses_critic)
                 pg_loss, pg_stats = M.policy_loss(logprobs, old_logprobs[mb], advantages[mb], m, args.cliprange)
                 loss = policy_coef * pg_loss
                 token_entropy = M.entropy_from_logits(logits) if args.entropy_coef else None
                 if token_entropy is not None:
                     loss = loss - policy_coef * args.entropy_coef * M.masked_mean(token_entropy, m)
-                if kl_in_loss and self.kl_ctl.value:
+                if estimator.kl_in_loss and self.kl_ctl.value:
                     kl_loss = M.masked_mean(M.per_token_kl(logprobs, ref_logprobs[mb], "k3"), m)
                     loss = loss + self.kl_ctl.value * kl_loss
                     _add(stats, "loss/kl", kl_loss.item())

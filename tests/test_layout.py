@@ -159,3 +159,28 @@ def test_ppo_setup_loads_and_rl_build_defaults_builds():
     assert not imported(ROOT / "rl" / "ppo_setup.py") & builders
     assert imported(ROOT / "rl" / "build_defaults.py") & builders
     assert "rl.build_defaults" in imported(ROOT / "rl" / "ppo_step.py")
+
+
+@pytest.mark.parametrize(("registry", "home", "offered"), [
+    ("rl.ppo_math:ESTIMATORS", "ppo_math.py", "rl.ppo_config:ADVANTAGE_ESTIMATORS"),
+    ("rl.step_rewards:REWARDS", "step_rewards.py", "rl.ppo_config:REWARD_MODES"),
+])
+def test_each_choice_by_name_is_resolved_in_one_registry(registry, home, offered):
+    """An advantage estimator's and a reward's name is looked up in its registry (what the update
+    does around it); the config offers exactly its names, and no other rl module tests a name."""
+    def attr(spec):
+        module, _, name = spec.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    names = set(attr(registry))
+    assert tuple(attr(registry)) == attr(offered)
+    bad = []
+    for path in (ROOT / "rl").glob("*.py"):
+        if path.name == home:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):
+                tested = {c.value for c in ast.walk(node) if isinstance(c, ast.Constant)} & names
+                if tested:
+                    bad.append(f"{path.name}:{node.lineno} tests {sorted(tested)}")
+    assert not bad, bad
