@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from compare.config import ROOT, VERIFIER_LM, CompareConfig, names_verifier_lm, uses_verifier_lm
+from reasoning.jsonl import atomic_write
+from rl.run_dir import RunDir
 
 CACHE_VERSION = 1
 """Part of every artefact hash: bump it when a change of this script changes what it trains."""
@@ -52,7 +53,7 @@ class Artefact:
         """The policy directory or verifier spec that other stages load."""
         if self.given:
             return str(self.given_spec)
-        return str({"sft": self.dir, "psv": self.dir / "verifier", "ppo": self.dir / "policy"}[self.kind])
+        return str({"sft": self.dir, "psv": self.dir / "verifier", "ppo": RunDir(self.dir).policy}[self.kind])
 
     def complete(self) -> bool:
         if self.given:
@@ -177,6 +178,4 @@ def write_marker(art: Artefact, seconds: float, extra: dict[str, Any] | None = N
     info = {"kind": art.kind, "name": art.name, "hash": art.hash, "key": art.key, "code": code_digest(art.kind),
             "seconds": round(seconds, 1),
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S"), **(extra or {})}
-    tmp = art.dir / (MARKER + ".tmp")
-    tmp.write_text(json.dumps(info, indent=2) + "\n")
-    os.replace(tmp, art.dir / MARKER)
+    atomic_write(art.dir / MARKER, json.dumps(info, indent=2) + "\n")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ from compare.jobs import Job, log, run_jobs
 from compare.plot import plot
 from compare.report import write_report
 from compare.train import build_ppo_inline, build_psv, build_sft, finish_ppo, ppo_command
+from reasoning.jsonl import atomic_write
 
 STAGE_COMMAND = [sys.executable, "-m", "compare"]
 """How a stage runs in its own process: `python -m compare`, there from a checkout and a wheel alike."""
@@ -175,9 +175,7 @@ def run(cfg: CompareConfig, out: Path, command: str = "") -> dict[str, Any]:
     }
     plot(out / "accuracy_vs_tokens.png", cfg, curves, table)
     summary["total_wall_seconds"] = round(time.time() - start, 1)
-    tmp = out / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2) + "\n")
-    os.replace(tmp, out / "summary.json")
+    atomic_write(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     write_report(out / "report.md", summary, cfg)
     log(f"done in {summary['total_wall_seconds']:.0f}s: {out / 'report.md'}, {out / 'summary.json'}, "
         f"{out / 'accuracy_vs_tokens.png'}")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from compare.analysis import prompts_left_out, recorded_seconds
 from compare.config import METHOD_NAMES, REFERENCE, RESOLVED, CompareConfig, policy_label
+from reasoning.jsonl import atomic_write
 
 
 def _fmt_ci(ci: Sequence[float] | None) -> str:
@@ -157,6 +157,4 @@ def write_report(path: Path, s: dict[str, Any], cfg: CompareConfig) -> None:
     L.append("## Reproduce\n")
     L.append(f"```\n{s['command']}\n```\n")
     L.append(f"The resolved config is `{RESOLVED}`; every cell's rows are in `eval/<policy>/<method>/results.jsonl`.\n")
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("\n".join(L))
-    os.replace(tmp, path)
+    atomic_write(path, "\n".join(L))

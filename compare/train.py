@@ -15,6 +15,7 @@ from typing import Any
 from compare.cache import MARKER, Artefact, verifier_spec, write_marker
 from compare.config import ROOT, VERIFIER_LM, CompareConfig, CompareError, ppo_flags, to_argv
 from compare.jobs import log, run_logged
+from rl.run_dir import RunDir
 
 
 def sft_args(cfg: CompareConfig, art: Artefact) -> dict[str, Any]:
@@ -65,7 +66,7 @@ def build_sft(cfg: CompareConfig, art: Artefact, log_dir: Path) -> None:
             raise CompareError(f"rl.sft ({art.name}) failed with exit code {code}")
     extra = {}
     try:
-        ev = json.loads((art.dir / "eval.json").read_text())
+        ev = json.loads(RunDir(art.dir).eval.read_text())
         extra = {"greedy_accuracy": ev.get("greedy_accuracy"), "n_eval": ev.get("n"),
                  "train_seconds": ev.get("train_seconds")}
     except (OSError, json.JSONDecodeError):
@@ -77,8 +78,8 @@ def build_sft(cfg: CompareConfig, art: Artefact, log_dir: Path) -> None:
 
 
 def build_psv(cfg: CompareConfig, art: Artefact, policy: str) -> None:
-    from reward_models.annotate import AnnotateConfig, annotate
-    from reward_models.train import train_verifier
+    from reward_models.annotate import AnnotateConfig
+    from reward_models.train import NoAnnotatedPaths, train_on_annotation
 
     start = time.time()
     art.dir.mkdir(parents=True, exist_ok=True)
@@ -87,21 +88,19 @@ def build_psv(cfg: CompareConfig, art: Artefact, policy: str) -> None:
     log(f"psv: annotating {cfg.psv.n_problems} problems of {settings.get('data', 'world')} ({settings.get('method', 'tree')}) "
         f"into {rows_path} (resumes)")
     try:
-        summary = annotate(AnnotateConfig(**settings))
+        annotate_config = AnnotateConfig(**settings)
     except TypeError as e:
         raise CompareError(f"psv.annotate: {e}") from None
-    rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.strip()]
-    if not rows:
-        raise CompareError(f"psv: the annotation of {cfg.psv.n_problems} problems gave no paths "
-                           f"(see {rows_path}.summary.json); raise psv.n_problems or train the SFT policy longer")
     verifier_dir = art.dir / "verifier"
     if verifier_dir.exists():
         shutil.rmtree(verifier_dir)
-    log(f"psv: training the PSV on {len(rows)} annotated paths into {verifier_dir}")
     try:
-        train_verifier(rows, init_from=policy, output_dir=str(verifier_dir), **cfg.psv.train)
+        rows, summary = train_on_annotation(annotate_config, str(verifier_dir), log=lambda m: log(f"psv: {m}"),
+                                            **cfg.psv.train)
     except TypeError as e:
         raise CompareError(f"psv.train: {e}") from None
+    except NoAnnotatedPaths as e:
+        raise CompareError(f"psv: {e}; raise psv.n_problems or train the SFT policy longer") from None
     write_marker(art, time.time() - start, {"paths": len(rows), "annotation": {
         k: summary.get(k) for k in ("problems", "rows", "steps", "mean_label", "seconds", "prompt_too_long")
         if k in summary}})
@@ -126,7 +125,7 @@ def finish_ppo(art: Artefact) -> None:
     """Check the PPO run's policy and write its marker (build time: the run's own train_seconds)."""
     extra: dict[str, Any] = {}
     try:
-        ev = json.loads((art.dir / "eval.json").read_text())
+        ev = json.loads(RunDir(art.dir).eval.read_text())
         extra = {k: ev.get(k) for k in ("updates", "responses_per_update", "train_seconds", "greedy_accuracy_before",
                                          "greedy_accuracy_after", "prompt_too_long") if k in ev}
     except (OSError, json.JSONDecodeError):

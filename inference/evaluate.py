@@ -83,16 +83,17 @@ from typing import Any
 
 from inference.methods import METHODS
 from inference.methods.base import MethodOutput, Tracker, blind
-from reasoning.benchmarks import DatasetError, read_appended_jsonl
+from reasoning.benchmarks import DatasetError
 from reasoning.grading import is_correct
+from reasoning.jsonl import atomic_write, read_resumable_jsonl
 from reasoning.questions import QuestionError, check_questions
+from reasoning.stats import accuracy_interval
 from reasoning.types import Problem
 
 __all__ = [
     "BACKENDS",
     "EvalArguments",
     "EvaluationError",
-    "bootstrap_interval",
     "build_generator",
     "chunk_seed",
     "evaluate",
@@ -457,22 +458,10 @@ def _fsync_append(path: Path, lines: Sequence[str]) -> None:
         os.fsync(fh.fileno())
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def _read_jsonl(path: Path) -> tuple[list[tuple[int, dict]], bool]:
     """(line number, row) of every complete line, and whether a partial last line was dropped;
     a bad line anywhere else raises EvaluationError naming the file and line."""
-    try:
-        return read_appended_jsonl(path)
-    except DatasetError as err:
-        raise EvaluationError(f"{err}; fix it or pass --overwrite") from None
+    return read_resumable_jsonl(path, EvaluationError, "fix it or pass --overwrite")
 
 
 def read_results(out_dir: str | os.PathLike[str]) -> list[dict]:
@@ -521,7 +510,7 @@ def _recover(out: Path, run_config: dict, problems: Sequence[Problem], overwrite
         if stored != run_config and not _read_jsonl(results)[0]:
             # nothing was written under the old settings (e.g. a run that failed to load its model)
             progress.unlink(missing_ok=True)
-            _atomic_write(config_path, json.dumps(run_config, indent=2) + "\n")
+            atomic_write(config_path, json.dumps(run_config, indent=2) + "\n")
         elif stored != run_config:
             changed = sorted(k for k in set(stored) | set(run_config) if stored.get(k) != run_config.get(k))
             details = []
@@ -539,7 +528,7 @@ def _recover(out: Path, run_config: dict, problems: Sequence[Problem], overwrite
     elif results.exists() and results.stat().st_size > 0:
         raise EvaluationError(f"{results} exists but {config_path.name} does not; pass --overwrite or choose another --out")
     else:
-        _atomic_write(config_path, json.dumps(run_config, indent=2) + "\n")
+        atomic_write(config_path, json.dumps(run_config, indent=2) + "\n")
 
     known = {p.id for p in problems}
     rows, partial = _read_jsonl(results)
@@ -556,10 +545,10 @@ def _recover(out: Path, run_config: dict, problems: Sequence[Problem], overwrite
             continue
         kept[pid] = row
     if partial or duplicates:
-        _atomic_write(results, "".join(_dumps(r) + "\n" for r in kept.values()))
+        atomic_write(results, "".join(_dumps(r) + "\n" for r in kept.values()))
     progress_rows, progress_partial = _read_jsonl(progress)
     if progress_partial:
-        _atomic_write(progress, "".join(_dumps(r) + "\n" for _, r in progress_rows))
+        atomic_write(progress, "".join(_dumps(r) + "\n" for _, r in progress_rows))
     previous_runs = sum(r.get("event") == "start" for _, r in progress_rows)
     return {"rows": kept, "partial_lines_dropped": int(partial), "duplicate_rows_dropped": duplicates,
             "run": previous_runs + 1}
@@ -732,7 +721,7 @@ def evaluate(
         "problems_fingerprint": run_config["problems"]["fingerprint"],
         "out_dir": str(out),
     }
-    _atomic_write(out / SUMMARY, json.dumps(summary, indent=2) + "\n")
+    atomic_write(out / SUMMARY, json.dumps(summary, indent=2) + "\n")
     return summary
 
 
@@ -750,21 +739,6 @@ def _is_reference(verifier: Any) -> bool:
     except ImportError:  # pragma: no cover
         return False
     return isinstance(verifier, ExactVerifier)
-
-
-def bootstrap_interval(correct: int, n: int, samples: int = 1000, seed: int = 0) -> list[float] | None:
-    """95% percentile bootstrap interval of an accuracy (resampling n graded rows with replacement).
-
-    The number correct in a resample is Binomial(n, correct / n), so it is drawn directly.
-    """
-    if n == 0:
-        return None
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    means = rng.binomial(n, correct / n, size=samples) / n
-    lo, hi = np.quantile(means, [0.025, 0.975])
-    return [round(float(lo), 6), round(float(hi), 6)]
 
 
 def summarize(rows: Sequence[dict], progress: Sequence[dict] = (), n_problems: int | None = None,
@@ -789,7 +763,7 @@ def summarize(rows: Sequence[dict], progress: Sequence[dict] = (), n_problems: i
         "complete": n_problems is None or n == n_problems,
         "correct": correct,
         "accuracy": correct / n if n else 0.0,
-        "accuracy_ci95": bootstrap_interval(correct, n, bootstrap_samples),
+        "accuracy_ci95": accuracy_interval(correct, n, bootstrap_samples),
         "bootstrap_samples": bootstrap_samples,
         "generator_prompt_tokens": prompt,
         "generator_completion_tokens": completion,

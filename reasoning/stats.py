@@ -1,5 +1,6 @@
 """Bootstrap intervals for accuracies and for paired differences of accuracies.
 
+`accuracy_interval`: one accuracy (k of n right). `paired_bootstrap_diff`: a change of accuracy.
 Comparisons in this toolkit are paired: every policy or method answers the same problems, so the
 interval of a difference resamples problems once and takes both outcomes of each drawn problem.
 """
@@ -27,14 +28,21 @@ def _percentiles(samples: list[float], confidence: float) -> tuple[float, float]
     return lo, hi
 
 
-def bootstrap_ci(values: Sequence[float], resamples: int = 2000, confidence: float = 0.95,
-                 seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of `values` (e.g. 0/1 correctness)."""
-    xs = _check(values, "bootstrap_ci")
-    rng = random.Random(seed)
-    n = len(xs)
-    means = [sum(xs[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples)]
-    return _percentiles(means, confidence)
+def accuracy_interval(correct: int, n: int, resamples: int = 1000, seed: int = 0) -> list[float] | None:
+    """95% percentile bootstrap interval of an accuracy (`correct` of `n` graded rows resampled with
+    replacement), rounded to 6 places; None for no rows.
+
+    The number correct in a resample is Binomial(n, correct / n), so it is drawn directly (numpy),
+    and the interval is numpy's interpolated 2.5% and 97.5% quantiles. This is the interval of every
+    `accuracy_ci95` in `inference.evaluate`'s summaries (and the comparison's tables)."""
+    if n == 0:
+        return None
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    means = rng.binomial(n, correct / n, size=resamples) / n
+    lo, hi = np.quantile(means, [0.025, 0.975])
+    return [round(float(lo), 6), round(float(hi), 6)]
 
 
 def paired_bootstrap_diff(before: Sequence[float], after: Sequence[float], resamples: int = 2000,

@@ -24,14 +24,16 @@ from __future__ import annotations
 import re
 
 from reasoning.answers import extract_answer
-from reasoning.types import ReasoningPath
+from reasoning.grading import grade
+from reasoning.types import Problem, ReasoningPath
 
-__all__ = ["CLOSE_TAG", "OPEN_TAG", "join_steps", "prefix_text", "split_steps"]
+__all__ = ["CLOSE_TAG", "OPEN_TAG", "answer_correct", "has_answer", "join_steps", "prefix_text", "split_steps"]
 
 OPEN_TAG = "<Step>"
 CLOSE_TAG = "</Step>"
 
 _TAG_RE = re.compile(r"<Step>|</Step>")
+_ANSWER_MARK_RE = re.compile(r"<ans>|answer is|\\boxed", re.IGNORECASE)
 _BLANK_LINE_RE = re.compile(r"\n[ \t\r\f\v]*\n")
 
 
@@ -104,3 +106,16 @@ def split_steps(text: str) -> ReasoningPath:
         chunks, segmentation = [stripped], "whole"
     steps = [chunk.strip() for chunk in chunks if chunk.strip()]
     return ReasoningPath(steps=steps, answer=answer, raw=text, segmentation=segmentation)
+
+
+def has_answer(text: str) -> bool:
+    """Whether a step or text states a final answer (`<ans>`, "answer is" or `\\boxed`), not just
+    ends on a number."""
+    return bool(_ANSWER_MARK_RE.search(text or ""))
+
+
+def answer_correct(text: str, problem: Problem) -> bool:
+    """Right by the gold answer, counting only a stated answer (`has_answer`), not a trailing number:
+    a text without one, or a problem without a gold answer, is wrong. The label of annotation's
+    rollouts, the reward of PPO's gold mode, and what the baselines beside PPO count."""
+    return bool(problem.answer) and has_answer(text) and grade(text, problem).correct

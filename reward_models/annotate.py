@@ -65,7 +65,6 @@ import hashlib
 import json
 import os
 import random
-import re
 import shutil
 import sys
 import time
@@ -77,11 +76,12 @@ from typing import Any
 
 from inference.backends.base import Completion, Generator, SamplingParams
 from inference.backends.prompt_limits import PROMPT_TOO_LONG, prompts_fit
-from reasoning.benchmarks import DatasetError, read_appended_jsonl
+from reasoning.benchmarks import DatasetError
 from reasoning.grading import grade
+from reasoning.jsonl import read_resumable_jsonl, write_jsonl
 from reasoning.prompts import explore_prompt, solve_prompt
 from reasoning.questions import QuestionError, check_questions
-from reasoning.steps import CLOSE_TAG, prefix_text, split_steps
+from reasoning.steps import CLOSE_TAG, answer_correct, has_answer, prefix_text, split_steps
 from reasoning.types import Problem
 from reasoning.world import earliest_error, world_config_of
 
@@ -91,10 +91,8 @@ __all__ = [
     "AnnotationError",
     "TreeNode",
     "annotate",
-    "answer_correct",
     "autopsv_labels",
     "exact_labels",
-    "has_answer",
     "main",
     "mc_label",
     "tree_paths",
@@ -107,7 +105,6 @@ BAD_GENERATIONS = frozenset({
     "leaf_dead_end", "rollout_no_answer", "rollout_truncated", "path_unscorable", "problem_no_paths",
 })
 """Counted events that are bad generations: no steps, no answer, cut by the token limit, unscorable."""
-_ANSWER_MARK_RE = re.compile(r"<ans>|answer is|\\boxed", re.IGNORECASE)
 
 
 class AnnotationError(ValueError):
@@ -185,16 +182,6 @@ class AnnotateConfig:
 
 # ----------------------------------------------------------------------------------------------
 # labelling rules (pure functions)
-
-
-def has_answer(text: str) -> bool:
-    """Whether a step or text states a final answer (`<ans>`, "answer is" or `\\boxed`)."""
-    return bool(_ANSWER_MARK_RE.search(text or ""))
-
-
-def answer_correct(text: str, problem: Problem) -> bool:
-    """Whether `text` states an answer and it is the gold one (a text without an answer is wrong)."""
-    return has_answer(text) and grade(text, problem).correct
 
 
 def exact_labels(problem: Problem | dict, steps: Sequence[str]) -> list[float]:
@@ -631,10 +618,7 @@ def make_autopsv(orm: OrmInfo, verifier_factory: Callable[[str], Any]) -> Callab
 def _read_jsonl_tolerant(path: Path) -> tuple[list[tuple[int, dict]], bool]:
     """(line number, row) of every complete line, and whether a trailing partial line was dropped;
     a bad line anywhere else raises AnnotationError naming the file and line."""
-    try:
-        return read_appended_jsonl(path)
-    except DatasetError as err:
-        raise AnnotationError(f"{err}; remove the file or pass --overwrite") from None
+    return read_resumable_jsonl(path, AnnotationError, "remove the file or pass --overwrite")
 
 
 class ResumableWriter:
@@ -687,10 +671,9 @@ class ResumableWriter:
         self.dropped_rows = len(rows) - len(keep)
         self.dropped_partial_lines = int(rows_partial)
         if self.dropped_rows or rows_partial:
-            _atomic_write(self.out, "".join(json.dumps(r) + "\n" for r in keep))
+            write_jsonl(self.out, keep)
         if done_partial or len(self.done) != len(done_rows):
-            _atomic_write(self.done_path, "".join(json.dumps({"problem_id": p, "rows": n}) + "\n"
-                                                  for p, n in self.done.items()))
+            write_jsonl(self.done_path, ({"problem_id": p, "rows": n} for p, n in self.done.items()))
 
     def write_problem(self, problem_id: str, rows: list[dict]) -> None:
         self._rows_fh.write("".join(json.dumps(r) + "\n" for r in rows))
@@ -704,15 +687,6 @@ class ResumableWriter:
     def close(self) -> None:
         self._rows_fh.close()
         self._done_fh.close()
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 # ----------------------------------------------------------------------------------------------

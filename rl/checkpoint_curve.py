@@ -64,7 +64,7 @@ of rl/ppo_step.py given here overrides it (python -m rl.ppo_step --help lists th
 
 def main(argv: list[str] | None = None) -> int:
     from rl.ppo_config import ConfigError, parse_config
-    from rl.run_dir import with_stored_settings
+    from rl.run_dir import RunDir, with_stored_settings
 
     if {"-h", "--help"} & set(sys.argv[1:] if argv is None else argv):
         import textwrap
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         gen = HFGenerator(policy, tokenizer, batch_size=args.greedy_eval_batch_size, chat_template=args.chat_template)
         return greedy_eval(gen, problems, max_new_tokens=args.max_new_tokens)["rows"]
 
-    before_file = out / "eval_before_rows.jsonl"
+    before_file = RunDir(out).before_rows
     if before_file.exists():
         before_rows = [json.loads(line) for line in before_file.read_text().splitlines() if line.strip()]
     else:

@@ -11,19 +11,13 @@ from reasoning.prompts import solve_prompt
 from reasoning.stats import paired_bootstrap_diff
 from reasoning.steps import split_steps
 from reasoning.types import Problem
-from reasoning.world import error_kind
+from rl.problem_hooks import WORLD_HOOKS, ProblemHooks
 
 
-def stated_and_correct(text: str, problem: Problem) -> bool:
-    """Right by the gold answer, counting only a stated answer (<ans>, "the answer is", \\boxed), not
-    a trailing number: the reward of PPO's gold mode and of the peer runs that compare with it."""
-    from reward_models.annotate import has_answer
-
-    return bool(problem.answer) and has_answer(text) and grade(text, problem).correct
-
-
-def greedy_eval(generator, problems: list[Problem], max_new_tokens: int = 192) -> dict[str, Any]:
-    """Accuracy of greedy decoding, with per-problem rows and, on world problems, the error mix."""
+def greedy_eval(generator, problems: list[Problem], max_new_tokens: int = 192,
+                hooks: ProblemHooks = WORLD_HOOKS) -> dict[str, Any]:
+    """Accuracy of greedy decoding, with per-problem rows and, on problems `hooks` classifies (the
+    world's), each row's error kind and the error mix."""
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
     outputs = generator.generate([solve_prompt(p.question) for p in problems], params)
     rows, mix = [], Counter()
@@ -33,8 +27,8 @@ def greedy_eval(generator, problems: list[Problem], max_new_tokens: int = 192) -
         row = {"id": problem.id, "prediction": path.answer, "correct": result.correct,
                "completion": completion.text, "finish_reason": completion.finish_reason,
                "completion_tokens": completion.completion_tokens}
-        if "world" in problem.meta:
-            kind = error_kind(problem, path.steps)
+        if hooks.classifies(problem):
+            kind = hooks.error_kind(problem, path.steps)
             if completion.finish_reason == "length":
                 kind = kind or "truncated"
             row["error_kind"] = kind

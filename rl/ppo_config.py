@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -13,11 +14,23 @@ from typing import Any
 from transformers import TrainingArguments
 
 from reward_models.verifier import AGGREGATIONS
-from rl.ppo_math import STEP_CREDITS
-from rl.step_rewards import SHAPING_MODES
+from rl.ppo_math import ESTIMATORS, STEP_CREDITS
+from rl.step_rewards import REWARDS, SHAPING_MODES
 
-REWARD_MODES = ("step", "outcome", "gold", "step+gold")
-ADVANTAGE_ESTIMATORS = ("gae", "rloo", "group", "mc_values")
+DEFAULT_POLICY = "outputs/sft_tiny"
+"""The default policy: `python -m rl.sft`'s embedded default, built first when absent (rl/build_defaults.py)."""
+DEFAULT_VERIFIER_LM = "outputs/sft_tiny_clean"
+"""The default verifier LM: the tiny policy's recipe taught by the clean teacher (no step label)."""
+DEFAULT_VERIFIER = f"step-likelihood:{DEFAULT_VERIFIER_LM}"
+"""The default verifier: the verifier LM's step likelihood (docs/results/reward_agreement.md, "Does a verifier order the
+policy's own samples as the answer check does?": the verifier without exact labels whose reward
+raises greedy accuracy here; the tiny PSVs' do not)."""
+TREE_PSV = "outputs/psv_tiny"
+"""The tiny PSV from StepCo-tree labels of the policy's own paths, built when named and absent."""
+BUILDABLE_VERIFIERS = (DEFAULT_VERIFIER, TREE_PSV)
+
+REWARD_MODES = tuple(REWARDS)
+ADVANTAGE_ESTIMATORS = tuple(ESTIMATORS)
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
 
@@ -38,7 +51,7 @@ class StepPPOConfig(TrainingArguments):
 
     # --- models -------------------------------------------------------------------------------
     model_name_or_path: str = field(
-        default="outputs/sft_tiny",
+        default=DEFAULT_POLICY,
         metadata={"help": "The policy: an SFT save_pretrained directory or a Hub id (was --policy)."},
     )
     sft_seed: int = field(
@@ -49,14 +62,14 @@ class StepPPOConfig(TrainingArguments):
                           "refused before anything loads."},
     )
     verifier: str = field(
-        default="step-likelihood:outputs/sft_tiny_clean",
+        default=DEFAULT_VERIFIER,
         metadata={"help": "Verifier spec (reward_models.load): a PSV directory, 'exact' (world only), "
                           "'step-confidence:PATH' (a frozen policy's own probabilities), "
                           "'step-likelihood:PATH' (a verifier LM's probabilities of each step), 'product:A,B', "
                           "... Read only by --reward step, outcome and step+gold. The default is a labelled "
                           "reference, not a user's verifier: a verifier LM taught by the clean teacher (privileged "
                           "demonstrations: the tiny policy's recipe with `python -m rl.sft --teacher_noise none` in "
-                          "the policy's world; no step label, no gold answer). It and 'outputs/psv_tiny' (a PSV "
+                          f"the policy's world; no step label, no gold answer). It and '{TREE_PSV}' (a PSV "
                           "from StepCo-tree labels of the policy's own paths) are built first when absent "
                           "(--build_missing)."},
     )
@@ -304,7 +317,7 @@ class StepPPOConfig(TrainingArguments):
             raise ValueError(f"--temperature must be > 0 for PPO rollouts, got {self.temperature}")
         if not 0 <= self.gamma <= 1 or not 0 <= self.lam <= 1:
             raise ValueError("--gamma and --lam must be in [0, 1]")
-        if self.advantage_estimator in ("rloo", "group", "mc_values") and self.num_generations < 2:
+        if ESTIMATORS[self.advantage_estimator].groups and self.num_generations < 2:
             raise ValueError(f"--advantage_estimator {self.advantage_estimator} needs --num_generations >= 2")
         batch = self.prompts_per_update * self.num_generations
         if batch % self.num_mini_batches:
@@ -312,10 +325,10 @@ class StepPPOConfig(TrainingArguments):
                              f"num_mini_batches ({self.num_mini_batches})")
         if self.beta < 0:
             raise ValueError(f"--beta must be >= 0, got {self.beta}")
-        if self.drop_flat_groups and self.advantage_estimator != "group":
+        if self.drop_flat_groups and not ESTIMATORS[self.advantage_estimator].drops_flat_groups:
             raise ValueError("--drop_flat_groups needs --advantage_estimator group (it drops the prompts whose "
                              f"samples all got the same rewards); got {self.advantage_estimator!r}")
-        if self.advantage_estimator == "mc_values":
+        if ESTIMATORS[self.advantage_estimator].monte_carlo:
             self._check_mc_values()
         if self.entropy_coef < 0:
             raise ValueError(f"--entropy_coef must be >= 0, got {self.entropy_coef}")
@@ -328,7 +341,7 @@ class StepPPOConfig(TrainingArguments):
         rewards of sampled continuations, graded as the gold reward grades a response)."""
         if self.mc_rollouts < 1:
             raise ValueError(f"--mc_rollouts must be >= 1, got {self.mc_rollouts}")
-        if self.reward != "gold":
+        if REWARDS[self.reward].verifier or not REWARDS[self.reward].gold:  # the answer check alone
             raise ValueError("--advantage_estimator mc_values grades its continuations with the answer check: it "
                              f"needs --reward gold, got {self.reward!r}")
         if self.gamma != 1:
@@ -349,7 +362,7 @@ def check_online_update(config: StepPPOConfig) -> None:
         return
     from reward_models.load import spec_parts, split_spec
 
-    if config.reward == "gold" or not any(split_spec(p)[0] == "implicit" for p in spec_parts(config.verifier)):
+    if not REWARDS[config.reward].verifier or not any(split_spec(p)[0] == "implicit" for p in spec_parts(config.verifier)):
         raise ValueError(f"--verifier_online_update trains an implicit PRM: it needs --verifier implicit:PATH and a "
                          f"verifier reward; got --verifier {config.verifier} --reward {config.reward}")
     if config.verifier_online_steps < 1:
@@ -637,11 +650,7 @@ def build_parser():
     from trl import TrlParser
 
     parser = TrlParser((StepPPOConfig,))
-
-    def error(message: str):  # argparse would print the whole usage and exit
-        raise ConfigError(message)
-
-    parser.error = error  # type: ignore[method-assign]
+    parser.error = _raise_config_error  # type: ignore[method-assign]
     own = parser.add_argument_group("step PPO (rl/ppo_config.py; --config RECIPE.yaml sets any of them)")
     inherited = parser.add_argument_group("inherited from transformers.TrainingArguments (these work; the others "
                                           "are refused)")
@@ -690,6 +699,93 @@ def parse_config(argv: list[str] | None = None, defer_notes: bool = False) -> St
     if not defer_notes:
         flush_deprecations(show=True)
     return config
+
+
+def parse_with_ppo_settings(argv: list[str] | None, own: type | None, uses: frozenset[str], run: str, *,
+                            required: tuple[str, ...] = (), defaults: dict[str, Any] | None = None,
+                            check: Callable[[StepPPOConfig, Any], None] | None = None
+                            ) -> tuple[StepPPOConfig, Any]:
+    """The settings of a baseline trained beside PPO (rl/grpo_peer.py, rl/rft.py): the StepPPOConfig
+    fields it shares with a PPO run (`uses`, TRL's names: their defaults are the PPO run's, written
+    once, here) and its own dataclass `own` (None: it has none; then None comes back in its place).
+    Earlier flag names are renamed as parse_config renames them (a deprecation line each). A PPO flag
+    outside `uses` is refused rather than silently ignored, and so is `--config` (a PPO recipe sets
+    much the baseline would not use); `required` flags must be given; `defaults` are the few shared
+    fields whose default the baseline sets otherwise (each a reason in its module); `check(config,
+    own)` raises ConfigError for what the baseline cannot use, before the PPO run's own checks (whose
+    messages speak of PPO). ConfigError (one line, in the names the user wrote) as parse_config."""
+    _NOTES.clear()
+    try:
+        parsed = _parse_baseline(argv, own, uses, run, required, defaults, check)
+    except ConfigError as err:
+        raise ConfigError(in_users_words(str(err), flush_deprecations(show=False))) from None
+    flush_deprecations(show=True)
+    return parsed
+
+
+def _parse_baseline(argv, own, uses, run, required, defaults, check) -> tuple[StepPPOConfig, Any]:
+    import yaml
+    from trl import TrlParser
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(t == "--config" or t.startswith("--config=") for t in argv):
+        raise ConfigError(f"{run} takes flags, not --config (a PPO recipe holds settings it does not use)")
+    argv = rename_argv(argv)
+    types = (StepPPOConfig,) if own is None else (StepPPOConfig, own)
+    own_fields = {f.name for f in fields(own)} if own else set()
+    takes = set(uses) | own_fields
+    ppo_fields = {f.name for f in fields(StepPPOConfig)}
+    own_bools = {f.name for f in fields(own) if isinstance(f.default, bool)} if own else set()
+    for name in flag_names(argv):
+        name = name[3:] if name.startswith("no_") and name[3:] in own_bools else name
+        if name not in ppo_fields | own_fields:
+            earlier = {old for old, new in DEPRECATED_NAMES.items() if new in takes}
+            match = difflib_match(name, takes | earlier)
+            hint = f"; did you mean --{DEPRECATED_NAMES.get(match, match)}?" if match else ""
+            raise ConfigError(f"unknown flag --{name}{hint}")
+    given = _flags_given(types, argv)
+    unused = sorted((given & ppo_fields) - set(uses))
+    if unused:
+        raise ConfigError(f"{run} does not use --{unused[0]} (a PPO setting); it takes "
+                          + ", ".join(f"--{name}" for name in sorted(takes)))
+    missing = [name for name in required if name not in given]
+    if missing:
+        raise ConfigError(f"{run} needs --{missing[0]}")
+    parser = TrlParser(types)
+    if defaults:
+        parser.set_defaults(**defaults)
+    parser.error = _raise_config_error  # type: ignore[method-assign]
+    try:
+        configs = parser.parse_args_into_dataclasses(args=argv)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError, AttributeError, OSError, yaml.YAMLError) as err:
+        raise ConfigError(" ".join(str(err).split()) or type(err).__name__) from None
+    config = configs[0]
+    check_field_types(config)
+    if check is not None:
+        check(config, configs[1] if own else None)
+    try:
+        config.validate()
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    return config, (configs[1] if own else None)
+
+
+def _flags_given(types: tuple[type, ...], argv: list[str]) -> set[str]:
+    """The fields of `types` that `argv` sets (abbreviated flags and `--no_x` included)."""
+    from transformers import HfArgumentParser
+
+    parser = HfArgumentParser(types)
+    parser.error = _raise_config_error  # type: ignore[method-assign]
+    unset = object()
+    parser.set_defaults(**{action.dest: unset for action in parser._actions})
+    namespace, _ = parser.parse_known_args(argv)
+    return {name for name, value in vars(namespace).items() if value is not unset and name != "help"}
+
+
+def _raise_config_error(message: str):  # argparse would print the whole usage and exit
+    raise ConfigError(message)
 
 
 def _parse(argv: list[str] | None) -> StepPPOConfig:

@@ -65,10 +65,16 @@ Adaptive KL coefficient (Ziegler et al. 2019), a proportional controller towards
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
 import torch
 
 __all__ = [
+    "ESTIMATORS",
     "AdaptiveKLController",
+    "Advantages",
+    "Estimator",
     "FixedKLController",
     "discounted_returns",
     "entropy_from_logits",
@@ -372,6 +378,96 @@ def step_value_advantages(step_values: torch.Tensor, token_steps: torch.Tensor, 
     before = values.gather(1, steps)  # V(s_j)
     after = values.gather(1, steps + 1)  # V(s_{j+1})
     return torch.where(real, after - before, torch.zeros_like(before)) * mask
+
+
+# ---------------------------------------------------------------------------------------------
+# Advantage estimators, by name
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Advantages:
+    """What an estimator gives the update: per-token advantages and the critic's targets."""
+
+    advantages: torch.Tensor
+    """[B, T], 0 at padding."""
+    returns: torch.Tensor
+    """[B, T]: the value loss's targets (zeros for a critic-free estimator)."""
+    values: torch.Tensor
+    """[B, T]: the old values the value loss clips around (zeros for a critic-free estimator)."""
+    stats: dict[str, float] = field(default_factory=dict)
+    """Logged with the update's metrics."""
+    flat_rows: torch.Tensor | None = None
+    """[B] bool: rows of groups whose rewards were all equal (the group estimator's; DAPO drops them)."""
+
+
+def _gae_estimate(rewards, values, reward_mask, mask, *, gamma, lam, group_size, credit, step_values) -> Advantages:
+    advantages, returns = gae(rewards, values * mask, mask, gamma, lam)
+    return Advantages(advantages, returns, values, {"value/explained_variance": explained_variance(values, returns, mask)})
+
+
+def _group_estimate(rewards, values, reward_mask, mask, *, gamma, lam, group_size, credit, step_values) -> Advantages:
+    advantages, group_stats = group_step_advantages(rewards, reward_mask, mask, group_size, credit=credit)
+    zeros = torch.zeros_like(advantages)
+    return Advantages(advantages, zeros, zeros, {"rollout/flat_reward_groups": group_stats["flat_groups"]},
+                      flat_rows=group_stats["flat_rows"])
+
+
+def _rloo_estimate(rewards, values, reward_mask, mask, *, gamma, lam, group_size, credit, step_values) -> Advantages:
+    togo = discounted_returns(rewards, mask, gamma)
+    baseline = leave_one_out_baseline(togo[:, 0], group_size)
+    return Advantages((togo - baseline[:, None]) * mask, togo, torch.zeros_like(togo))
+
+
+def _mc_values_estimate(rewards, values, reward_mask, mask, *, gamma, lam, group_size, credit,
+                        step_values) -> Advantages:
+    # VinePPO: `step_values()` (the trainer's: it samples continuations from every step boundary)
+    # gives the values of the boundaries, each token the difference across its step
+    values_of_steps, token_steps, stats = step_values()
+    advantages = step_value_advantages(values_of_steps, token_steps, mask.cpu()).to(mask.device)
+    zeros = torch.zeros_like(advantages)
+    return Advantages(advantages, zeros, zeros, stats)
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """An advantage estimator and what the update does around it."""
+
+    estimate: Callable[..., Advantages]
+    """(token rewards, old values or None, reward_mask, mask, *, gamma, lam, group_size, credit,
+    step_values): `step_values()` returns Monte Carlo values of step boundaries (values [B, S+1],
+    token steps [B, T], stats), sampled by the trainer; only an estimator that needs them calls it."""
+    uses_critic: bool
+    """Values in every forward, a critic trained and warmed up; False: no critic is kept at all."""
+    groups: bool
+    """Needs the samples of a prompt together (samples_per_prompt >= 2)."""
+    kl_in_loss: bool
+    """The KL penalty is a loss term (GRPO's placement), not subtracted from the rewards."""
+    normalised: bool
+    """Its advantages are normalised already (never whitened again)."""
+    drops_flat_groups: bool
+    """Reports `flat_rows`, so that flat groups can be left out of the loss."""
+    monte_carlo: bool = False
+    """Its values are answer-check means of continuations sampled from step boundaries (the config
+    then checks what such values allow: the gold reward, gamma 1, ...)."""
+
+
+ESTIMATORS: dict[str, Estimator] = {
+    "gae": Estimator(_gae_estimate, uses_critic=True, groups=False, kl_in_loss=False, normalised=False,
+                     drops_flat_groups=False),
+    "rloo": Estimator(_rloo_estimate, uses_critic=False, groups=True, kl_in_loss=False, normalised=False,
+                      drops_flat_groups=False),
+    "group": Estimator(_group_estimate, uses_critic=False, groups=True, kl_in_loss=True, normalised=True,
+                       drops_flat_groups=True),
+    # the KL is a loss term: advantages that are differences of Monte Carlo values have no per-token
+    # reward for a penalty to enter
+    "mc_values": Estimator(_mc_values_estimate, uses_critic=False, groups=True, kl_in_loss=True, normalised=False,
+                           drops_flat_groups=False, monte_carlo=True),
+}
+"""Each `--advantage_estimator` by name: the one place a name is resolved. gae: GAE over a critic's
+values; rloo: the return-to-go against the leave-one-out mean of its group's returns; group: the
+group-normalised step advantages (DeepSeekMath; GRPO with an outcome reward); mc_values: VinePPO's
+advantages from Monte Carlo values of step boundaries."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,12 +1,12 @@
-"""Loading what a PPO run needs: policy (optionally with LoRA), critic, verifier, prompts; and the
-tiny SFT policy and verifier of the no-argument CPU run, built first when absent.
+"""Loading what a PPO run needs: policy (optionally with LoRA), critic, verifier, prompts, and the
+checks of what a run reads before anything loads. The default models of the no-argument CPU run are
+built (when absent) by rl/build_defaults.py.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -22,105 +22,17 @@ from reasoning.problem_sets import (
 )
 from reasoning.types import Problem
 from reasoning.world import world_config_of
-from rl.ppo_config import ConfigError, StepPPOConfig
+from rl.ppo_config import BUILDABLE_VERIFIERS, DEFAULT_POLICY, ConfigError, StepPPOConfig
+from rl.ppo_math import ESTIMATORS
+from rl.step_rewards import REWARDS
 
-DEFAULT_POLICY = "outputs/sft_tiny"
-DEFAULT_VERIFIER_LM = "outputs/sft_tiny_clean"
-"""The default verifier LM: the tiny policy's recipe taught by the clean teacher (no step label)."""
-DEFAULT_VERIFIER = f"step-likelihood:{DEFAULT_VERIFIER_LM}"
-"""The default verifier: the verifier LM's step likelihood (docs/results/reward_agreement.md, "Does a verifier order the
-policy's own samples as the answer check does?": the verifier without exact labels whose reward
-raises greedy accuracy here; the tiny PSVs' do not)."""
-TREE_PSV = "outputs/psv_tiny"
-"""The tiny PSV from StepCo-tree labels of the policy's own paths, built when named and absent."""
-BUILDABLE_VERIFIERS = (DEFAULT_VERIFIER, TREE_PSV)
 # World training prompts of PPO use a seed SFT never saw (SFT: world_seed), so rollouts are fresh.
 PROMPT_SEED_OFFSET = 1
 
 
-def _log(msg: str) -> None:
+def log(msg: str) -> None:
+    """A line of a PPO run's set-up on stderr."""
     print(f"[ppo_step] {msg}", file=sys.stderr, flush=True)
-
-
-def build_default_policy(path: str = DEFAULT_POLICY, seed: int = 0) -> None:
-    """The tiny SFT policy of `python -m rl.sft` with its embedded defaults and training seed `seed`
-    (~8 min on 2 cores)."""
-    from rl import sft
-
-    argv = ["--output_dir", path, "--seed", str(seed)]
-    _log(f"no policy at {path}: training the tiny SFT policy first (python -m rl.sft {' '.join(argv)})")
-    from reasoning.threads import torch_threads
-
-    with torch_threads(torch.get_num_threads()):  # rl.sft.main would drop to one thread otherwise
-        code = sft.main(argv)
-    if code:
-        raise RuntimeError(f"building the default policy failed with exit code {code}")
-
-
-def verifier_lm_world_flags(policy: str) -> list[str]:
-    """`rl.sft` flags that give a verifier LM the policy's world (`world_config.json`), so that it
-    is taught the problems the policy is trained and evaluated on."""
-    from reasoning.world import WorldConfig
-
-    world = world_config_of(policy)
-    if tuple(world.ops) != tuple(WorldConfig().ops):
-        _log(f"the policy's world uses the step kinds {','.join(world.ops)}; rl.sft has no flag for them, so "
-             "the verifier LM is taught the default kinds")
-    return [arg for key, value in world.__dict__.items() if key != "ops"
-            for arg in (f"--world_{key}", str(value))]
-
-
-def build_default_verifier_lm(policy: str, path: str = DEFAULT_VERIFIER_LM) -> None:
-    """The verifier LM of the default verifier: `python -m rl.sft --teacher_noise none` in the
-    policy's world (~6 min on 2 cores). It has seen the clean teacher's demonstrations, never a
-    step label; its step likelihood is the step reward."""
-    from reasoning.threads import torch_threads
-    from rl import sft
-
-    argv = ["--output_dir", path, "--teacher_noise", "none", *verifier_lm_world_flags(policy)]
-    _log(f"no verifier LM at {path}: training it first (python -m rl.sft {' '.join(argv)})")
-    start = time.time()
-    with torch_threads(torch.get_num_threads()):
-        code = sft.main(argv)
-    if code:
-        raise RuntimeError(f"building the default verifier LM failed with exit code {code}")
-    _log(f"verifier LM ready in {time.time() - start:.0f}s")
-
-
-def build_default_verifier(policy: str, path: str = TREE_PSV, n_problems: int = 300,
-                           epochs: float = 2.0) -> None:
-    """A PSV from StepCo-tree annotation of the policy's own paths (the best F1 of the annotation
-    methods on the world, docs/results/verifiers_world.md), trained from the policy's backbone
-    (~2 min on 2 cores)."""
-    from reward_models.annotate import AnnotateConfig, annotate
-    from reward_models.train import train_verifier
-
-    start = time.time()
-    rows_path = f"{path}.annotation.jsonl"
-    _log(f"no verifier at {path}: annotating {n_problems} world train problems with the StepCo tree")
-    cfg = AnnotateConfig(method="tree", policy=policy, out=rows_path, n=n_problems, seed=1, disable_tqdm=True)
-    annotate(cfg)
-    rows = [json.loads(line) for line in Path(rows_path).read_text().splitlines() if line.strip()]
-    _log(f"training the PSV on {len(rows)} annotated paths")
-    train_verifier(rows, init_from=policy, output_dir=path, num_train_epochs=epochs)
-    _log(f"verifier ready in {time.time() - start:.0f}s")
-
-
-def ensure_default_models(args: StepPPOConfig, is_main: bool) -> None:
-    if not args.build_missing or not is_main:
-        return
-    if args.policy == DEFAULT_POLICY and not Path(args.policy).exists():
-        build_default_policy(args.policy, args.sft_seed)
-    if args.reward == "gold":
-        return
-    if args.verifier == DEFAULT_VERIFIER:
-        if not Path(DEFAULT_VERIFIER_LM).exists():
-            build_default_verifier_lm(args.policy, DEFAULT_VERIFIER_LM)
-        elif world_config_of(DEFAULT_VERIFIER_LM) != world_config_of(args.policy):
-            _log(f"the verifier LM at {DEFAULT_VERIFIER_LM} was taught another world than the policy's: "
-                 "move it away to have it rebuilt in the policy's world")
-    if args.verifier == TREE_PSV and not Path(TREE_PSV).exists():
-        build_default_verifier(args.policy, TREE_PSV)
 
 
 def sft_seed_of(policy: str) -> int | None:
@@ -158,7 +70,7 @@ def check_inputs(args: StepPPOConfig) -> None:
         if not (builds and args.policy == DEFAULT_POLICY):
             check_model_path("--model_name_or_path", args.policy)
         check_default_policy_seed(args)
-        if args.reward != "gold" and not (builds and args.verifier in BUILDABLE_VERIFIERS):
+        if REWARDS[args.reward].verifier and not (builds and args.verifier in BUILDABLE_VERIFIERS):
             check_spec(args.verifier, args.policy)
             if "exact" in spec_parts(args.verifier) and args.dataset != "world":
                 raise ValueError("the exact verifier checks world problems only: use --dataset world")
@@ -193,7 +105,7 @@ def check_prompt_sets(args: StepPPOConfig, sets: dict[str, list[Problem]]) -> tu
         tokenizer = AutoTokenizer.from_pretrained(args.policy)
         context = context_of(AutoConfig.from_pretrained(args.policy))
     except (OSError, ValueError) as err:  # loading the policy will say what is wrong
-        _log(f"the prompt lengths are not checked: the policy's tokenizer or config did not load ({err})")
+        log(f"the prompt lengths are not checked: the policy's tokenizer or config did not load ({err})")
         return sets, {name: 0 for name in sets}
 
     def count(texts: list[str]) -> list[int]:
@@ -207,9 +119,9 @@ def check_prompt_sets(args: StepPPOConfig, sets: dict[str, list[Problem]]) -> tu
         too_long[name] = len(problems) - len(kept[name])
         if too_long[name]:
             first = next(p.id for p, ok in zip(problems, fits) if not ok)
-            _log(f"{flags[name]}: {too_long[name]} of {len(problems)} problems left out, prompt_too_long (the prompt "
-                 f"and --max_new_tokens {args.max_new_tokens} exceed the policy's {context}-token context; "
-                 f"first: {first!r})")
+            log(f"{flags[name]}: {too_long[name]} of {len(problems)} problems left out, prompt_too_long (the prompt "
+                f"and --max_new_tokens {args.max_new_tokens} exceed the policy's {context}-token context; "
+                f"first: {first!r})")
     if sets.get("train") and not kept["train"]:
         raise ConfigError(f"{flags['train']}: every training prompt is longer than the policy's {context}-token "
                           f"context allows with --max_new_tokens {args.max_new_tokens}; shorten the questions or "
@@ -247,7 +159,7 @@ def load_policy(args: StepPPOConfig):
 def load_critic(args: StepPPOConfig, tokenizer):
     """A token-classification model with one label: the PSV's weights or the policy's backbone;
     None under a critic-free estimator (`group`, `rloo`), which has no use for one."""
-    if args.advantage_estimator != "gae":
+    if not ESTIMATORS[args.advantage_estimator].uses_critic:
         return None
     from reward_models.load import psv_dir_kind, spec_parts
     from reward_models.psv import init_psv_from_policy, load_psv_model
@@ -257,7 +169,7 @@ def load_critic(args: StepPPOConfig, tokenizer):
     if args.critic_init == "verifier" and psv is not None:
         critic, critic_tok = load_psv_model(psv, dtype=_dtype(args))
         if critic_tok.get_vocab() != tokenizer.get_vocab():
-            _log("the verifier's tokenizer differs from the policy's: the critic starts from the policy instead")
+            log("the verifier's tokenizer differs from the policy's: the critic starts from the policy instead")
             critic, _ = init_psv_from_policy(args.policy, dtype=_dtype(args))
     else:
         critic, _ = init_psv_from_policy(args.policy, dtype=_dtype(args))

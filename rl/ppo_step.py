@@ -23,11 +23,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 def main(argv: list[str] | None = None) -> int:
     import json
 
+    from rl.build_defaults import ensure_default_models
     from rl.ppo_config import ConfigError, flush_deprecations, in_users_words, parse_config
     from rl.ppo_setup import (
         check_inputs,
         check_prompt_sets,
-        ensure_default_models,
         load_critic,
         load_policy,
         load_probe_problems,
@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         load_verifier_for,
     )
     from rl.ppo_trainer import StepPPOTrainer
+    from rl.step_rewards import REWARDS
 
     try:  # every flag, recipe, path, data and OUTPUT_DIR error before the first model loads
         args = parse_config(argv, defer_notes=True)
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     from reasoning.threads import available_cores
 
     torch.set_num_threads(args.num_threads or max(1, available_cores() // state.num_processes))
-    ensure_default_models(args, state.is_main_process)
+    ensure_default_models(args, state.is_main_process)  # the no-argument run's models, when absent
     state.wait_for_everyone()
     train, train_rows = train_set.problems, train_set.world_rows
     evaluation = [] if eval_set is None else eval_set.problems
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     policy, tokenizer = load_policy(args)
     critic = load_critic(args, tokenizer)
     verifier = None
-    if args.reward != "gold":
+    if REWARDS[args.reward].verifier:
         verifier = load_verifier_for(args, train_rows, state.device)
     trainer = StepPPOTrainer(args, policy, tokenizer, critic, verifier, train, evaluation, probe_problems=probe,
                              prompt_too_long=prompt_too_long)

@@ -37,16 +37,18 @@ from typing import Any
 import torch
 from torch import nn
 
+from reasoning.jsonl import write_jsonl
 from reasoning.prompts import format_prompts, solve_prompt
-from reasoning.steps import split_steps
+from reasoning.steps import answer_correct, has_answer, split_steps
 from reasoning.types import Problem
-from reward_models.annotate import has_answer
 from reward_models.verifier import aggregate
 from rl import ppo_math as M
-from rl.evaluation import compare_greedy_rows, stated_and_correct
+from rl.evaluation import compare_greedy_rows
 from rl.ppo_config import StepPPOConfig
-from rl.run_dir import prepare_run_dir
+from rl.problem_hooks import WORLD_HOOKS, ProblemHooks
+from rl.run_dir import CHECKPOINT_STATE, RunDir, prepare_run_dir
 from rl.step_rewards import (
+    REWARDS,
     RunningMeanStd,
     assign_rewards,
     char_to_token_positions,
@@ -95,12 +97,14 @@ def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
 class StepPPOTrainer:
     def __init__(self, config: StepPPOConfig, policy, tokenizer, critic, verifier, train_problems: list[Problem],
                  eval_problems: list[Problem] | None = None, ref_policy=None,
-                 probe_problems: list[Problem] | None = None, prompt_too_long: dict[str, int] | None = None):
+                 probe_problems: list[Problem] | None = None, prompt_too_long: dict[str, int] | None = None,
+                 hooks: ProblemHooks = WORLD_HOOKS):
         from accelerate import Accelerator
         from accelerate.utils import set_seed
 
         config.validate()
         self.args = config
+        self.hooks = hooks
         if config.disable_dropout:
             # PPO compares log-probabilities and values of the same weights across forwards (old
             # against new, eval against train mode): dropout would make them differ by noise alone.
@@ -133,12 +137,12 @@ class StepPPOTrainer:
             import copy
 
             ref_policy = copy.deepcopy(policy).requires_grad_(False).eval()
-        if config.advantage_estimator != "gae":
+        if not M.ESTIMATORS[config.advantage_estimator].uses_critic:
             # critic-free estimators: a critic would only cost a model's memory, its forwards and a
             # saved copy (a whole second 7B model on the GPU recipes), so none is kept
             critic = None
         elif critic is None:
-            raise ValueError("--advantage_estimator gae needs a critic")
+            raise ValueError(f"--advantage_estimator {config.advantage_estimator} needs a critic")
         self.model = PolicyAndCritic(policy, critic)
         params = [{"params": [p for p in policy.parameters() if p.requires_grad], "lr": config.learning_rate}]
         if critic is not None:
@@ -171,6 +175,7 @@ class StepPPOTrainer:
         """When this process's segment of the run began; the seconds of the segments before it."""
         self.skipped_batches = 0
         self.out = Path(config.output_dir)
+        self.run = RunDir(self.out)
         self.vllm_engine = None
         if self.accelerator.is_main_process:
             self.out.mkdir(parents=True, exist_ok=True)
@@ -286,8 +291,8 @@ class StepPPOTrainer:
         n, width = batch.response_ids.shape
         lengths = batch.response_mask.sum(-1).long().tolist()
         paths = [split_steps(t) for t in batch.texts]
-        use_verifier = args.reward in ("step", "outcome", "step+gold")
-        use_gold = args.reward in ("gold", "step+gold")
+        mode = REWARDS[args.reward]
+        use_verifier, use_gold = mode.verifier, mode.gold
         scores: list[list[float] | None] = [None] * n
         if use_verifier:
             idx = [i for i, p in enumerate(paths) if p.steps and all(s.strip() for s in p.steps)]
@@ -315,7 +320,7 @@ class StepPPOTrainer:
                 s = scores[i]
                 stats["step_score_sum"] += sum(s)
                 stats["scored_steps"] += len(s)
-                if args.reward in ("step", "step+gold"):
+                if mode.steps:
                     ends = step_end_char_positions(batch.texts[i])
                     if len(ends) == len(s) and body:
                         offsets = offsets_from_token_ids(tok, body)
@@ -331,7 +336,7 @@ class StepPPOTrainer:
             elif use_verifier:
                 stats["no_steps"] += 1
             stated = has_answer(batch.texts[i])
-            correct = stated_and_correct(batch.texts[i], batch.problems[i])
+            correct = answer_correct(batch.texts[i], batch.problems[i])
             stats["correct"] += int(correct)
             if use_gold:
                 g = args.gold_reward_weight * float(correct)
@@ -353,7 +358,7 @@ class StepPPOTrainer:
             # is paid there (an outcome or gold reward, a penalty, or steps that could not be located)
             for k in (credited_steps(scores[i], args.reward_shaping) if positions else []):
                 reward_mask[i, positions[k]] = 1.0
-            if not positions or args.reward in ("outcome", "gold", "step+gold") or penalty:
+            if not positions or mode.pays_last_token or penalty:
                 reward_mask[i, n_tokens - 1] = 1.0
         if args.reward_clip is not None:
             rewards = clip_rewards(rewards, args.reward_clip)
@@ -529,51 +534,39 @@ class StepPPOTrainer:
         mask = batch.response_mask
         n = mask.shape[0]
         rows = torch.arange(n, device=mask.device)
+        estimator = M.ESTIMATORS[args.advantage_estimator]
         self.model.eval()
         with torch.no_grad():
-            _, old_logprobs, old_values = self._forward(self.model, batch, rows, with_values=args.advantage_estimator == "gae")
+            _, old_logprobs, old_values = self._forward(self.model, batch, rows, with_values=estimator.uses_critic)
             ref_logprobs = self._ref_logprobs(batch, rows)
         kl = M.per_token_kl(old_logprobs, ref_logprobs, args.kl_estimator) * mask
         extra: dict[str, float] = {}
         if self.online_prms:  # PRIME: the PRM learns from this update's rollouts after rewarding them
             extra.update(self._online_verifier_update(batch))
-        # GRPO's placement of the KL penalty: a loss term, not a reward (mc_values' advantages are
-        # differences of Monte Carlo values, which a per-token reward would not enter)
-        kl_in_loss = args.advantage_estimator in ("group", "mc_values")
         loss_mask = mask  # the tokens the loss averages over
-        token_rewards = scores if kl_in_loss else scores - self.kl_ctl.value * kl
-        if args.advantage_estimator == "gae":
-            advantages, returns = M.gae(token_rewards, old_values * mask, mask, args.gamma, args.lam)
-            extra["value/explained_variance"] = M.explained_variance(old_values, returns, mask)
-        elif args.advantage_estimator == "group":
-            advantages, group_stats = M.group_step_advantages(token_rewards, batch.reward_mask, mask,
-                                                              args.samples_per_prompt, credit=args.step_credit)
-            extra["rollout/flat_reward_groups"] = group_stats["flat_groups"]
-            returns = old_values = torch.zeros_like(advantages)
-            if args.drop_flat_groups:  # DAPO: no flat group in the loss; the others keep their weight
-                kept = ~group_stats["flat_rows"]
-                loss_mask = mask * kept[:, None].to(mask.dtype)
-        elif args.advantage_estimator == "mc_values":  # VinePPO: Monte Carlo values of step boundaries
+        token_rewards = scores if estimator.kl_in_loss else scores - self.kl_ctl.value * kl
+
+        def step_values():  # mc_values: continuations sampled from every step boundary (VinePPO)
             t_mc = time.time()
-            step_values, token_steps, mc_stats = self.mc_step_values(batch, scores)
-            advantages = M.step_value_advantages(step_values, token_steps, mask.cpu()).to(mask.device)
-            extra.update(mc_stats)
-            extra["time/mc_values"] = time.time() - t_mc
-            returns = old_values = torch.zeros_like(advantages)
-        else:
-            togo = M.discounted_returns(token_rewards, mask, args.gamma)
-            baseline = M.leave_one_out_baseline(togo[:, 0], args.samples_per_prompt)
-            advantages = (togo - baseline[:, None]) * mask
-            returns = togo
-            old_values = torch.zeros_like(togo)
+            values_of_steps, token_steps, mc_stats = self.mc_step_values(batch, scores)
+            return values_of_steps, token_steps, {**mc_stats, "time/mc_values": time.time() - t_mc}
+
+        estimate = estimator.estimate(token_rewards, old_values, batch.reward_mask, mask, gamma=args.gamma, lam=args.lam,
+                                      group_size=args.samples_per_prompt, credit=args.step_credit,
+                                      step_values=step_values)
+        advantages, returns, old_values = estimate.advantages, estimate.returns, estimate.values
+        extra.update(estimate.stats)
+        if args.drop_flat_groups:  # DAPO: no flat group in the loss; the others keep their weight
+            kept = ~estimate.flat_rows
+            loss_mask = mask * kept[:, None].to(mask.dtype)
         extra["rollout/tokens"] = mask.sum().item() + extra.get("rollout/mc_tokens", 0.0)  # every sampled token
-        if args.whiten_advantages and args.advantage_estimator != "group":  # group advantages are normalised
+        if args.whiten_advantages and not estimator.normalised:
             advantages = M.masked_whiten(advantages, mask) * mask
         finite = M.is_finite_batch(token_rewards, advantages, returns, old_logprobs)
         if not self._all_ranks(finite):
             self.skipped_batches += 1
             return {"skipped": 1.0, "skipped_batches": float(self.skipped_batches), **reward_stats}
-        warming_up = args.advantage_estimator == "gae" and update < args.critic_warmup_updates
+        warming_up = estimator.uses_critic and update < args.critic_warmup_updates
         policy_coef = 0.0 if warming_up else 1.0
         self.model.train()
         stats: dict[str, list[float]] = {}
@@ -585,14 +578,13 @@ class StepPPOTrainer:
             for start in range(0, n, mb_size):
                 mb = order[start : start + mb_size]
                 m = loss_mask[mb]
-                logits, logprobs, values = self._forward(self.model, batch, mb,
-                                                         with_values=args.advantage_estimator == "gae")
+                logits, logprobs, values = self._forward(self.model, batch, mb, with_values=estimator.uses_critic)
                 pg_loss, pg_stats = M.policy_loss(logprobs, old_logprobs[mb], advantages[mb], m, args.cliprange)
                 loss = policy_coef * pg_loss
                 token_entropy = M.entropy_from_logits(logits) if args.entropy_coef else None
                 if token_entropy is not None:
                     loss = loss - policy_coef * args.entropy_coef * M.masked_mean(token_entropy, m)
-                if kl_in_loss and self.kl_ctl.value:
+                if estimator.kl_in_loss and self.kl_ctl.value:
                     kl_loss = M.masked_mean(M.per_token_kl(logprobs, ref_logprobs[mb], "k3"), m)
                     loss = loss + self.kl_ctl.value * kl_loss
                     _add(stats, "loss/kl", kl_loss.item())
@@ -645,7 +637,7 @@ class StepPPOTrainer:
             return {"verifier/online_paths": 0.0, "time/verifier_update": time.time() - t}
         questions = [batch.problems[i].question for i in idx]
         paths = [split_steps(batch.texts[i]).steps for i in idx]
-        labels = [float(stated_and_correct(batch.texts[i], batch.problems[i])) for i in idx]
+        labels = [float(answer_correct(batch.texts[i], batch.problems[i])) for i in idx]
         sync = None
         if self.accelerator.num_processes > 1:
             def sync(grad):
@@ -704,7 +696,7 @@ class StepPPOTrainer:
         from rl.evaluation import greedy_eval
 
         with self._eval_generator() as gen:
-            return greedy_eval(gen, self.eval_problems, max_new_tokens=self.args.max_new_tokens)
+            return greedy_eval(gen, self.eval_problems, max_new_tokens=self.args.max_new_tokens, hooks=self.hooks)
 
     def probe(self) -> dict[str, float]:
         """The learning curve as the run goes: greedy accuracy on the fixed probe problems, and the
@@ -713,22 +705,22 @@ class StepPPOTrainer:
         greedy already solves; learning shows as greedy accuracy rising and as more right samples
         on the problems it started out getting wrong."""
         from inference.backends.base import SamplingParams
-        from rl.evaluation import greedy_eval, stated_and_correct
+        from rl.evaluation import greedy_eval
 
         args = self.args
         with self._eval_generator() as gen:
-            greedy = greedy_eval(gen, self.probe_problems, max_new_tokens=args.max_new_tokens)
+            greedy = greedy_eval(gen, self.probe_problems, max_new_tokens=args.max_new_tokens, hooks=self.hooks)
             out = {"probe/greedy_accuracy": greedy["summary"]["accuracy"]}
             if self.probe_wrong_at_start is None:
                 self.probe_wrong_at_start = [r["id"] for r in greedy["rows"] if not r["correct"]]
-                (self.out / "probe_wrong_at_start.json").write_text(json.dumps(self.probe_wrong_at_start))
+                self.run.probe_wrong_at_start.write_text(json.dumps(self.probe_wrong_at_start))
             wrong = set(self.probe_wrong_at_start)
             hard = [p for p in self.probe_problems if p.id in wrong]
             if hard:
                 params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                                         top_p=args.top_p, n=args.samples_per_prompt, seed=args.seed + self.update)
                 completions = gen.generate([solve_prompt(p.question) for p in hard], params)
-                right = sum(stated_and_correct(c.text, p) for p, group in zip(hard, completions) for c in group)
+                right = sum(answer_correct(c.text, p) for p, group in zip(hard, completions) for c in group)
                 out["probe/sampled_accuracy_wrong_at_start"] = right / (len(hard) * args.samples_per_prompt)
         return out
 
@@ -749,11 +741,9 @@ class StepPPOTrainer:
             (tmp / RESUME_STATE).write_text(json.dumps(state))
             for k, prm in enumerate(self.online_prms):
                 torch.save(prm.online_state(), tmp / f"implicit_prm_{k}.pt")
-            write_trainer_state(tmp / "trainer_state.json", self.args, self.update, self.out / "metrics.jsonl")
-            _save_policy(self._unwrapped_policy(), self.tokenizer, tmp / "policy")
-            from reasoning.world import carry_world_files
-
-            carry_world_files(self.args.policy, tmp / "policy")
+            write_trainer_state(tmp / CHECKPOINT_STATE, self.args, self.update, self.run.metrics)
+            _save_policy(self._unwrapped_policy(), self.tokenizer, tmp / RunDir.policy)
+            self.hooks.carry_files(self.args.policy, tmp / RunDir.policy)
             if final.exists():
                 shutil.rmtree(final)
             os.replace(tmp, final)
@@ -761,7 +751,7 @@ class StepPPOTrainer:
             if self.args.push_to_hub:
                 from rl.hub import push_folder
 
-                push_folder(self.args, final / "policy", f"checkpoint-{self.update}",
+                push_folder(self.args, final / RunDir.policy, f"checkpoint-{self.update}",
                             f"step PPO checkpoint at update {self.update}")
         self.accelerator.wait_for_everyone()
         return final
@@ -777,7 +767,7 @@ class StepPPOTrainer:
     def load_checkpoint(self, path: Path) -> None:
         self.accelerator.load_state(str(path))
         own = path / RESUME_STATE  # checkpoints written before it kept this state in trainer_state.json
-        state = json.loads((own if own.exists() else path / "trainer_state.json").read_text())
+        state = json.loads((own if own.exists() else path / CHECKPOINT_STATE).read_text())
         self.update = state["update"]
         self.skipped_batches = state["skipped_batches"]
         self.kl_ctl.value = state["kl_coef"]
@@ -796,8 +786,8 @@ class StepPPOTrainer:
     def train(self, resume_from_checkpoint: str | None = None) -> dict[str, Any]:
         args = self.args
         self.segment_start, self.seconds_before = time.time(), 0.0
-        metrics_path = self.out / "metrics.jsonl"
-        before_path = self.out / "eval_before_rows.jsonl"
+        metrics_path = self.run.metrics
+        before_path = self.run.before_rows
         if self.accelerator.is_main_process:  # refuses to mix runs in one folder; stores run_config.json
             prepare_run_dir(args, resume_from_checkpoint or "")
         self.accelerator.wait_for_everyone()
@@ -820,9 +810,9 @@ class StepPPOTrainer:
                 before = {"rows": [json.loads(line) for line in before_path.read_text().splitlines()]}
             else:
                 before = self.greedy_eval()
-                _write_jsonl(before_path, before["rows"])
+                write_jsonl(before_path, before["rows"])
         probing = bool(self.probe_problems) and args.probe_every > 0 and self.accelerator.is_main_process
-        start_probe = self.out / "probe_wrong_at_start.json"
+        start_probe = self.run.probe_wrong_at_start
         if probing and ckpt is not None and start_probe.exists():
             self.probe_wrong_at_start = json.loads(start_probe.read_text())
         elif probing:
@@ -860,20 +850,18 @@ class StepPPOTrainer:
         result: dict[str, Any] = {}
         if self.accelerator.is_main_process:
             policy = self._unwrapped_policy()
-            _save_policy(policy, self.tokenizer, self.out / "policy")
-            from reasoning.world import carry_world_files
-
-            carry_world_files(args.policy, self.out / "policy")  # the trained policy keeps its world
+            _save_policy(policy, self.tokenizer, self.run.policy)
+            self.hooks.carry_files(args.policy, self.run.policy)  # e.g. the world's settings
             critic = self.accelerator.unwrap_model(self.model).critic
             if critic is not None:
-                critic.save_pretrained(str(self.out / "critic"))
+                critic.save_pretrained(str(self.run.critic))
             for k, prm in enumerate(self.online_prms):  # loadable as implicit:OUTPUT_DIR/implicit_prm
-                prm.save_pretrained(str(self.out / ("implicit_prm" if k == 0 else f"implicit_prm_{k}")),
+                prm.save_pretrained(str(self.run.implicit_prm if k == 0 else self.out / f"{RunDir.implicit_prm}_{k}"),
                                     extra={"online_updates": self.update, "trained_from": prm.path})
             if args.push_to_hub:
                 from rl.hub import push_folder
 
-                push_folder(args, self.out / "policy", None, f"step PPO policy after {self.update} updates")
+                push_folder(args, self.run.policy, None, f"step PPO policy after {self.update} updates")
             result = {"updates": self.update, "skipped_batches": self.skipped_batches, "reward": args.reward,
                       "reward_shaping": args.reward_shaping, "advantage_estimator": args.advantage_estimator,
                       "processes": self.accelerator.num_processes,
@@ -882,12 +870,12 @@ class StepPPOTrainer:
                       "prompt_too_long": self.prompt_too_long}
             if before is not None:
                 after = self.greedy_eval()
-                _write_jsonl(self.out / "eval_after_rows.jsonl", after["rows"])
+                write_jsonl(self.run.after_rows, after["rows"])
                 result.update(compare_greedy_rows(before["rows"], after["rows"], args.bootstrap_resamples, args.seed))
                 if "summary" in after:
                     result["error_mix_after"] = after["summary"].get("error_mix", {})
-            (self.out / "eval.json").write_text(json.dumps(result, indent=2))
-            (self.out / "policy_hashes.json").write_text(json.dumps(hashes, indent=2))
+            self.run.eval.write_text(json.dumps(result, indent=2))
+            self.run.policy_hashes.write_text(json.dumps(hashes, indent=2))
         self.accelerator.wait_for_everyone()
         self.accelerator.end_training()
         return result
@@ -953,14 +941,6 @@ def _add(stats: dict[str, list[float]], key: str, value: float) -> None:
     stats.setdefault(key, []).append(value)
 
 
-def _write_jsonl(path: Path, rows: list[dict]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w") as fh:
-        for row in rows:
-            fh.write(json.dumps(row) + "\n")
-    os.replace(tmp, path)
-
-
 def _truncate_metrics(path: Path, update: int) -> None:
     """Drop metric lines past the resumed update (and a partial last line from a kill)."""
     if not path.exists():
@@ -973,7 +953,7 @@ def _truncate_metrics(path: Path, update: int) -> None:
             continue
         if row.get("update", 0) <= update:
             keep.append(row)
-    _write_jsonl(path, keep)
+    write_jsonl(path, keep)
 
 
 RESUME_STATE = "step_ppo_state.json"
@@ -1002,7 +982,7 @@ def write_trainer_state(path: Path, config: StepPPOConfig, update: int, metrics_
 
 
 def latest_checkpoints(out: Path) -> list[Path]:
-    return [p for p in out.glob("checkpoint-*") if p.is_dir() and (p / "trainer_state.json").exists()]
+    return [p for p in out.glob("checkpoint-*") if p.is_dir() and (p / CHECKPOINT_STATE).exists()]
 
 
 def resolve_checkpoint(out: Path, resume: str | None) -> Path | None:
@@ -1012,8 +992,8 @@ def resolve_checkpoint(out: Path, resume: str | None) -> Path | None:
         ckpts = latest_checkpoints(out)
         return max(ckpts, key=lambda p: int(p.name.split("-")[1])) if ckpts else None
     path = Path(resume)
-    if not (path / "trainer_state.json").exists():
-        raise FileNotFoundError(f"--resume_from_checkpoint {resume}: not a checkpoint (no trainer_state.json)")
+    if not (path / CHECKPOINT_STATE).exists():
+        raise FileNotFoundError(f"--resume_from_checkpoint {resume}: not a checkpoint (no {CHECKPOINT_STATE})")
     return path
 
 

@@ -25,6 +25,53 @@ from pathlib import Path
 from typing import Any
 
 RUN_CONFIG = "run_config.json"
+CHECKPOINT_STATE = "trainer_state.json"
+"""The file that makes a `checkpoint-N` folder a checkpoint (`transformers.TrainerState`'s; every
+checkpoint has one, the step PPO resume state beside it or, in earlier checkpoints, inside it)."""
+
+
+class _File:
+    """A file of a run folder: its name on the class (`RunDir.eval`), its path on a run (`RunDir(d).eval`)."""
+
+    def __init__(self, name: str, doc: str = ""):
+        self.file, self.__doc__ = name, doc
+
+    def __get__(self, run: RunDir | None, owner: type | None = None):
+        return self.file if run is None else run.root / self.file
+
+
+class RunDir:
+    """The files of a training run's folder, by name: what rl/ppo_step.py writes, and the part of it
+    that rl/grpo_peer.py and rl/rft.py write too, so that scripts/rl_comparison.py and
+    scripts/ppo_report.py read any of them."""
+
+    config = _File(RUN_CONFIG, "The run's resolved settings.")
+    metrics = _File("metrics.jsonl", "One JSON line per update (and the probe rows).")
+    eval = _File("eval.json", "The result: greedy accuracy before and after, with its paired interval.")
+    before_rows = _File("eval_before_rows.jsonl", "The greedy evaluation's rows before training.")
+    after_rows = _File("eval_after_rows.jsonl", "The greedy evaluation's rows after training.")
+    policy = _File("policy", "The trained policy (save_pretrained).")
+    critic = _File("critic", "The trained critic (estimator gae).")
+    implicit_prm = _File("implicit_prm", "The implicit PRM trained online (--verifier_online_update); more: _1, _2, ...")
+    policy_hashes = _File("policy_hashes.json", "Fingerprints of the trained policy's weights.")
+    probe_wrong_at_start = _File("probe_wrong_at_start.json", "The probe problems greedy got wrong at the start.")
+    trl = _File("trl", "The working folder of a TRL trainer inside the run (the baselines').")
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.root)!r})"
+
+    def greedy_rows(self, which: str) -> dict[str, dict[str, Any]]:
+        """The greedy evaluation's rows by problem id, `which` 'before' or 'after' training;
+        ValueError when the run has no such file."""
+        return rows_by_id({"before": self.before_rows, "after": self.after_rows}[which])
+
+    def correct(self, which: str) -> dict[str, float]:
+        """1.0 or 0.0 by problem id: the greedy answer's correctness before or after training."""
+        return {i: float(r["correct"]) for i, r in self.greedy_rows(which).items()}
+
 
 MAY_DIFFER_ON_RESUME = frozenset({
     "max_steps", "save_steps", "save_total_limit", "logging_steps", "disable_tqdm", "report_to", "num_threads",
@@ -37,7 +84,16 @@ TRAINING_ARGUMENT_FIELDS = ("adam_beta1", "adam_beta2", "adam_epsilon", "warmup_
                             "gradient_checkpointing", "report_to", "disable_tqdm", "resume_from_checkpoint")
 """Inherited `TrainingArguments` fields the PPO trainer reads (its own fields are all stored)."""
 
-RUN_MARKERS = (RUN_CONFIG, "metrics.jsonl", "eval_before_rows.jsonl", "eval.json")
+RUN_MARKERS = (RUN_CONFIG, RunDir.metrics, RunDir.before_rows, RunDir.eval)
+
+
+def rows_by_id(path: Path) -> dict[str, dict[str, Any]]:
+    """The rows of a greedy evaluation's JSONL file (a training run's, or an SFT policy's
+    eval_rows.jsonl) by problem id; ValueError when the file does not exist."""
+    if not path.exists():
+        raise ValueError(f"{path} does not exist")
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {r["id"]: r for r in rows if r}
 
 
 class RunDirError(ValueError):
@@ -133,7 +189,7 @@ def check_run_dir(config, resume: str | None = None) -> str:
         raise RunDirError(f"--output_dir {out} is not empty (an earlier run?): pass --resume_from_checkpoint auto "
                           "to continue it, --overwrite_output_dir to replace it, or choose another folder")
     if not _is_run_folder(out):
-        raise RunDirError(f"--overwrite_output_dir: {out} does not hold a PPO run ({RUN_CONFIG}, metrics.jsonl or "
+        raise RunDirError(f"--overwrite_output_dir: {out} does not hold a PPO run ({RUN_CONFIG}, {RunDir.metrics} or "
                           "checkpoint-N); it is not cleared: choose another folder")
     return "overwrite"
 

@@ -17,10 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reasoning.stats import paired_bootstrap_diff  # noqa: E402
-
-
-def _rows(path: Path) -> dict[str, float]:
-    return {r["id"]: float(r["correct"]) for r in map(json.loads, path.read_text().splitlines())}
+from rl.run_dir import RunDir  # noqa: E402
 
 
 def _tail_mean(metrics: Path, key: str, last: int = 10) -> float:
@@ -36,8 +33,8 @@ def main() -> int:
     parser.add_argument("--resamples", type=int, default=2000)
     a = parser.parse_args()
     runs = {Path(r).name: Path(r) for r in a.runs}
-    after = {name: _rows(d / "eval_after_rows.jsonl") for name, d in runs.items()}
-    before = _rows(next(iter(runs.values())) / "eval_before_rows.jsonl")
+    after = {name: RunDir(d).correct("after") for name, d in runs.items()}
+    before = RunDir(next(iter(runs.values()))).correct("before")
     ids = sorted(set(before).intersection(*after.values()))
     head = "| run | greedy before | greedy after | change [95% CI] |"
     sep = "|---|---|---|---|"
@@ -61,7 +58,7 @@ def main() -> int:
                 base = [after[a.baseline][i] for i in ids]
                 vs = paired_bootstrap_diff(base, x, resamples=a.resamples)
                 line += f" {vs['diff']:+.3f} [{vs['ci_low']:+.3f}, {vs['ci_high']:+.3f}] |"
-        metrics = d / "metrics.jsonl"
+        metrics = RunDir(d).metrics
         line += f" {_tail_mean(metrics, 'objective/kl'):.3f} | {_tail_mean(metrics, 'rollout/steps_per_response'):.2f} |"
         print(line)
     print(f"\n{len(ids)} problems, the same for every run; paired bootstrap, {a.resamples} resamples.")

@@ -5,7 +5,7 @@ test problems, in one table and one plot.
         --out outputs/ppo_compare/comparison
 
 A run folder is `NAME_sSEED` (the name groups seeds) written by `rl/ppo_step.py` or
-`scripts/grpo_peer.py`: `eval.json`, `eval_before_rows.jsonl`, `eval_after_rows.jsonl` and
+`rl/grpo_peer.py`: `eval.json`, `eval_before_rows.jsonl`, `eval_after_rows.jsonl` and
 `metrics.jsonl` with probe rows (`probe/greedy_accuracy` every few updates). Writes OUT.md (the
 table), OUT.json and OUT.png (probe greedy accuracy against rollouts: the mean over seeds, the
 band from the lowest to the highest seed) and prints the table. Per run: the greedy change on the
@@ -27,15 +27,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reasoning.stats import paired_bootstrap_diff  # noqa: E402
-
-
-def _rows(path: Path) -> dict[str, float]:
-    return {r["id"]: float(r["correct"]) for r in map(json.loads, path.read_text().splitlines()) if r}
+from rl.run_dir import RunDir  # noqa: E402
 
 
 def _probe(run: Path, responses_per_update: int) -> list[tuple[int, float]]:
     points = []
-    for line in (run / "metrics.jsonl").read_text().splitlines():
+    for line in RunDir(run).metrics.read_text().splitlines():
         row = json.loads(line)
         if "probe/greedy_accuracy" in row:
             rollouts = row.get("rollouts", row["update"] * responses_per_update)
@@ -73,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     groups: dict[str, list[Path]] = defaultdict(list)
     for run in map(Path, args.runs):
-        if not (run / "eval.json").exists():
-            print(f"error: {run}: no eval.json (not a finished run)", file=sys.stderr)
+        if not RunDir(run).eval.exists():
+            print(f"error: {run}: no {RunDir.eval} (not a finished run)", file=sys.stderr)
             return 2
         m = re.fullmatch(r"(.+)_s(\d+)", run.name)
         groups[m.group(1) if m else run.name].append(run)
@@ -88,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, runs in groups.items():
         changes, befores, afters, pooled_b, pooled_a, reach, speed, per_seed = [], [], [], [], [], [], [], []
         for run in sorted(runs):
-            ev = json.loads((run / "eval.json").read_text())
-            b, a = _rows(run / "eval_before_rows.jsonl"), _rows(run / "eval_after_rows.jsonl")
+            ev = json.loads(RunDir(run).eval.read_text())
+            b, a = RunDir(run).correct("before"), RunDir(run).correct("after")
             after_rows.setdefault(name, {})[run.name.rpartition("_s")[2]] = a
             ids = sorted(set(b) & set(a))
             x, y = [b[i] for i in ids], [a[i] for i in ids]

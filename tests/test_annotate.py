@@ -65,16 +65,12 @@ def test_autopsv_relative_drop_rule():
     assert autopsv_labels([0.2, 0.12], baseline=0.3) == [1.0, 1.0]
 
 
-def test_mc_label_and_answer_rules():
+def test_mc_label():
     assert mc_label([True, False, False, False]) == 0.25
     assert mc_label([True, False, False, False], hard=True) == 1.0
     assert mc_label([False, False], hard=True) == 0.0
     with pytest.raises(ValueError):
         mc_label([])
-    problem = row_to_problem(generate("train", 1, 0)[0])
-    assert ann.answer_correct(f"The answer is <ans>{problem.answer}</ans>.", problem)
-    assert not ann.answer_correct(f"Ava has 1 + {problem.answer} = {problem.answer} cards.", problem)  # no answer
-    assert ann.has_answer("so the answer is 3") and not ann.has_answer("Ava has 3 cards.")
 
 
 # ----------------------------------------------------------------------------------------------

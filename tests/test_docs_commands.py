@@ -187,7 +187,7 @@ def parse_invocations(command: str, where: str) -> list[Invocation] | None:
             module = console_scripts().get(head)
             flags, paths = _flags_and_paths(rest)
             found.append(Invocation(where, "module", module or f"(unknown console script {head})", flags, paths))
-        elif head == "bash" and rest and rest[0].startswith("scripts/"):
+        elif head == "bash" and rest and rest[0].startswith(("scripts/", "experiments/")):
             flags, paths = _flags_and_paths(rest[1:])
             found.append(Invocation(where, "shell", rest[0], flags, paths))
     return found
@@ -199,12 +199,12 @@ def invocations_of(text: str, name: str) -> tuple[list[Invocation], list[str]]:
     candidates = _fenced_lines(text) + [
         (n, s) for n, s in _prose_spans(text)
         if re.match(r"(\S+=\S+\s+)*(python3? |\.venv/bin/python |(\.venv/bin/)?accelerate launch .*\.py|steprl-[a-z]|"
-                    r"bash scripts/)", s)]
+                    r"bash (scripts|experiments)/)", s)]
     for number, command in candidates:
         where = f"{name}:{number}: {command[:90]}"
         parsed = parse_invocations(command, where)
         if parsed is None:
-            if re.search(r"python|accelerate|steprl-|scripts/", command):
+            if re.search(r"python|accelerate|steprl-|scripts/|experiments/", command):
                 skipped.append(where)
             continue
         found.extend(parsed)

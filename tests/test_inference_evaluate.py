@@ -377,14 +377,6 @@ def test_corrupt_row_in_the_middle_is_an_error(blind_method, tmp_path):
     assert summary["n"] == 3 and summary["accuracy"] == 1.0 and summary["runs"] == 1
 
 
-def test_bootstrap_interval():
-    assert ev.bootstrap_interval(0, 0) is None
-    assert ev.bootstrap_interval(10, 10) == [1.0, 1.0]
-    lo, hi = ev.bootstrap_interval(50, 100)
-    assert 0.38 < lo < 0.45 < 0.55 < hi < 0.62
-    assert ev.bootstrap_interval(50, 100) == [lo, hi]  # deterministic
-
-
 @dataclass
 class ClashConfig:
     batch_size: int = 3

@@ -108,3 +108,79 @@ def test_no_module_imports_itself_back():
                 seen.add(name)
                 todo.extend(graph[name])
     assert not circles, f"modules on an import circle: {', '.join(circles)}"
+
+
+def _imported_top_names(tree: ast.AST) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_toolkit_never_imports_the_lab_or_the_scripts():
+    """`experiments/` (studies of the world) and `scripts/` (entry points) sit on top of the toolkit:
+    a toolkit module that imported them would break in an installed wheel, which ships neither."""
+    bad = []
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            used = _imported_top_names(ast.parse(path.read_text())) & {"experiments", "scripts"}
+            if used:
+                bad.append(f"{path.relative_to(ROOT)} imports {sorted(used)}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_wheel_ships_the_toolkit_only():
+    tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11's tomllib")
+    setuptools = pytest.importorskip("setuptools")
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    shipped = setuptools.find_packages(str(ROOT), include=find["include"], exclude=find.get("exclude", ()))
+    assert {name.split(".")[0] for name in shipped} == set(PACKAGES)
+    assert (ROOT / "experiments" / "__init__.py").exists()
+
+
+def test_ppo_setup_loads_and_rl_build_defaults_builds():
+    """Loading a run's models (rl/ppo_setup.py) and building the no-argument run's missing ones
+    (rl/build_defaults.py, which rl/ppo_step.py calls) are two modules: the loader trains nothing."""
+    builders = {"rl.sft", "reward_models.annotate", "reward_models.train"}
+
+    def imported(path: Path) -> set[str]:  # `from rl import sft` imports rl and rl.sft
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module)
+                names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        return names
+
+    assert not imported(ROOT / "rl" / "ppo_setup.py") & builders
+    assert imported(ROOT / "rl" / "build_defaults.py") & builders
+    assert "rl.build_defaults" in imported(ROOT / "rl" / "ppo_step.py")
+
+
+@pytest.mark.parametrize(("registry", "home", "offered"), [
+    ("rl.ppo_math:ESTIMATORS", "ppo_math.py", "rl.ppo_config:ADVANTAGE_ESTIMATORS"),
+    ("rl.step_rewards:REWARDS", "step_rewards.py", "rl.ppo_config:REWARD_MODES"),
+])
+def test_each_choice_by_name_is_resolved_in_one_registry(registry, home, offered):
+    """An advantage estimator's and a reward's name is looked up in its registry (what the update
+    does around it); the config offers exactly its names, and no other rl module tests a name."""
+    def attr(spec):
+        module, _, name = spec.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    names = set(attr(registry))
+    assert tuple(attr(registry)) == attr(offered)
+    bad = []
+    for path in (ROOT / "rl").glob("*.py"):
+        if path.name == home:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):
+                tested = {c.value for c in ast.walk(node) if isinstance(c, ast.Constant)} & names
+                if tested:
+                    bad.append(f"{path.name}:{node.lineno} tests {sorted(tested)}")
+    assert not bad, bad

@@ -535,11 +535,11 @@ def test_methods_run_end_to_end_on_a_tiny_model(tiny, name):
 
 
 def test_stepco_flags_reads_answer_changes_and_flag_positions():
-    """scripts/stepco_flags.py: the first flagged step placed against the checker's earliest error,
+    """experiments/stepco_flags.py: the first flagged step placed against the checker's earliest error,
     a revision from that step counted as fixing it when the next path is right there, and the
     answer change from the initial path to the final one."""
+    from experiments.stepco_flags import analyse, flag_position
     from reasoning.world import generate, teacher_solution
-    from scripts.stepco_flags import analyse, flag_position
 
     assert flag_position(3, 3, None) == "accepted_right" and flag_position(3, 3, 0) == "false_alarm"
     assert flag_position(1, 3, None) == "missed" and flag_position(1, 3, 1) == "at_error"
@@ -558,3 +558,19 @@ def test_stepco_flags_reads_answer_changes_and_flag_positions():
     assert got["answer_changes"] == {"incorrect_to_correct": 1} and got["net_gain"] == 1
     assert got["first_flag"] == {"at_error": 1}
     assert got["revision_fixed_the_error"] == 1 and got["fixed_and_final_right"] == 1
+
+
+def test_stepco_and_pathco_share_the_revision_loops_settings():
+    """StepCo's and PathCo's settings are one RevisionConfig (PathCo adds its aggregation), so the
+    loop they share reads the same fields with the same defaults and checks."""
+    import dataclasses
+
+    from inference.methods import pathco, stepco
+
+    loop = [(f.name, f.default) for f in dataclasses.fields(stepco.RevisionConfig)]
+    assert issubclass(stepco.Config, stepco.RevisionConfig) and issubclass(pathco.Config, stepco.RevisionConfig)
+    assert [(f.name, f.default) for f in dataclasses.fields(stepco.Config)] == loop
+    assert [(f.name, f.default) for f in dataclasses.fields(pathco.Config)] == [*loop, ("aggregation", "mean")]
+    for config in (stepco.Config, pathco.Config):
+        with pytest.raises(ValueError, match="revision must be one of"):
+            config(revision="rewrite")

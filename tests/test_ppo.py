@@ -405,43 +405,43 @@ def test_default_verifier_lm_is_built_in_the_policys_world_only_when_a_verifier_
     present one, or another spec builds nothing; the checks before loading let the default pass."""
     from trl import TrlParser
 
-    from rl import ppo_setup
+    from rl import build_defaults, ppo_setup
     from rl.sft import WorldSFTArguments, WorldSFTConfig
 
     policy = models / "policy"
-    flags = ppo_setup.verifier_lm_world_flags(str(policy))
+    flags = build_defaults.verifier_lm_world_flags(str(policy))
     parsed, _ = TrlParser((WorldSFTArguments, WorldSFTConfig)).parse_args_and_config(
         args=["--output_dir", str(tmp_path / "v"), *flags])
     assert parsed.world_config() == WORLD  # the world of the models fixture, not rl.sft's default
 
     built = []
-    monkeypatch.setattr(ppo_setup, "build_default_verifier_lm", lambda pol, path: built.append(("lm", pol, path)))
-    monkeypatch.setattr(ppo_setup, "build_default_verifier", lambda pol, path: built.append(("psv", pol, path)))
+    monkeypatch.setattr(build_defaults, "build_default_verifier_lm", lambda pol, path: built.append(("lm", pol, path)))
+    monkeypatch.setattr(build_defaults, "build_default_verifier", lambda pol, path: built.append(("psv", pol, path)))
     monkeypatch.chdir(tmp_path)  # the default paths are relative: nothing there yet
-    assert ppo_setup.DEFAULT_VERIFIER == f"step-likelihood:{ppo_setup.DEFAULT_VERIFIER_LM}"
-    assert StepPPOConfig(output_dir="o").verifier == ppo_setup.DEFAULT_VERIFIER
+    assert build_defaults.DEFAULT_VERIFIER == f"step-likelihood:{build_defaults.DEFAULT_VERIFIER_LM}"
+    assert StepPPOConfig(output_dir="o").verifier == build_defaults.DEFAULT_VERIFIER
 
     def cfg(**kw):
         return StepPPOConfig(output_dir=str(tmp_path / "run"), policy=str(policy), report_to="none", **kw)
 
-    ppo_setup.ensure_default_models(cfg(reward="gold"), is_main=True)
-    ppo_setup.ensure_default_models(cfg(reward="step"), is_main=False)  # only the main process builds
-    ppo_setup.ensure_default_models(cfg(reward="step", build_missing=False), is_main=True)
-    ppo_setup.ensure_default_models(cfg(reward="step", verifier="exact"), is_main=True)
+    build_defaults.ensure_default_models(cfg(reward="gold"), is_main=True)
+    build_defaults.ensure_default_models(cfg(reward="step"), is_main=False)  # only the main process builds
+    build_defaults.ensure_default_models(cfg(reward="step", build_missing=False), is_main=True)
+    build_defaults.ensure_default_models(cfg(reward="step", verifier="exact"), is_main=True)
     assert built == []
     ppo_setup.check_inputs(cfg(reward="step"))  # absent, but it is built first: no error
-    ppo_setup.check_inputs(cfg(reward="outcome", verifier=ppo_setup.TREE_PSV))
+    ppo_setup.check_inputs(cfg(reward="outcome", verifier=build_defaults.TREE_PSV))
     with pytest.raises(ppo_setup.ConfigError, match="psv_tiny"):  # not built without --build_missing
-        ppo_setup.check_inputs(cfg(reward="outcome", verifier=ppo_setup.TREE_PSV, build_missing=False))
-    ppo_setup.ensure_default_models(cfg(reward="step"), is_main=True)
-    ppo_setup.ensure_default_models(cfg(reward="outcome", verifier=ppo_setup.TREE_PSV), is_main=True)
-    assert built == [("lm", str(policy), ppo_setup.DEFAULT_VERIFIER_LM), ("psv", str(policy), ppo_setup.TREE_PSV)]
-    (tmp_path / ppo_setup.DEFAULT_VERIFIER_LM).mkdir(parents=True)
-    ppo_setup.ensure_default_models(cfg(reward="step"), is_main=True)
+        ppo_setup.check_inputs(cfg(reward="outcome", verifier=build_defaults.TREE_PSV, build_missing=False))
+    build_defaults.ensure_default_models(cfg(reward="step"), is_main=True)
+    build_defaults.ensure_default_models(cfg(reward="outcome", verifier=build_defaults.TREE_PSV), is_main=True)
+    assert built == [("lm", str(policy), build_defaults.DEFAULT_VERIFIER_LM), ("psv", str(policy), build_defaults.TREE_PSV)]
+    (tmp_path / build_defaults.DEFAULT_VERIFIER_LM).mkdir(parents=True)
+    build_defaults.ensure_default_models(cfg(reward="step"), is_main=True)
     assert len(built) == 2  # present: not rebuilt, but a verifier LM of another world is named
     assert "another world" in capsys.readouterr().err
-    (tmp_path / ppo_setup.DEFAULT_VERIFIER_LM / "world_config.json").write_text(json.dumps(WORLD.__dict__))
-    ppo_setup.ensure_default_models(cfg(reward="step"), is_main=True)
+    (tmp_path / build_defaults.DEFAULT_VERIFIER_LM / "world_config.json").write_text(json.dumps(WORLD.__dict__))
+    build_defaults.ensure_default_models(cfg(reward="step"), is_main=True)
     assert len(built) == 2 and "another world" not in capsys.readouterr().err
 
 
@@ -670,11 +670,11 @@ def test_default_policy_is_built_with_the_sft_seed_and_a_policy_of_another_seed_
     """--sft_seed reaches the SFT run that builds the default policy; a default policy already there
     whose eval.json records another training seed stops the run before anything loads (one line),
     and one written before the seed was recorded counts as seed 0."""
-    from rl import ppo_setup, sft
+    from rl import build_defaults, ppo_setup, sft
 
     calls = []
     monkeypatch.setattr(sft, "main", lambda argv: calls.append(argv) or 0)
-    ppo_setup.build_default_policy("p", 2)
+    build_defaults.build_default_policy("p", 2)
     assert calls == [["--output_dir", "p", "--seed", "2"]]
 
     monkeypatch.chdir(tmp_path)
@@ -684,11 +684,11 @@ def test_default_policy_is_built_with_the_sft_seed_and_a_policy_of_another_seed_
 
     assert StepPPOConfig(output_dir="o").reward == "gold" and StepPPOConfig(output_dir="o").sft_seed == 0
     built = []
-    monkeypatch.setattr(ppo_setup, "build_default_policy", lambda path, seed: built.append((path, seed)))
-    ppo_setup.ensure_default_models(cfg(sft_seed=1), is_main=True)
-    assert built == [(ppo_setup.DEFAULT_POLICY, 1)]
+    monkeypatch.setattr(build_defaults, "build_default_policy", lambda path, seed: built.append((path, seed)))
+    build_defaults.ensure_default_models(cfg(sft_seed=1), is_main=True)
+    assert built == [(build_defaults.DEFAULT_POLICY, 1)]
 
-    policy = tmp_path / ppo_setup.DEFAULT_POLICY
+    policy = tmp_path / build_defaults.DEFAULT_POLICY
     policy.mkdir(parents=True)
     for name in ("config.json", "model.safetensors", "tokenizer.json"):
         (policy / name).write_text("{}")

@@ -22,12 +22,13 @@ from rl.ppo_config import ConfigError, parse_config
 ])
 def test_flags_that_would_do_nothing_are_refused_in_one_line_before_anything_runs(flags, message, tmp_path, capsys,
                                                                                   monkeypatch):
+    import rl.build_defaults
     import rl.ppo_setup
 
     def nothing(*args, **kwargs):
         raise AssertionError("the run started before its flags were checked")
 
-    monkeypatch.setattr(rl.ppo_setup, "ensure_default_models", nothing)  # the 8-minute default build
+    monkeypatch.setattr(rl.build_defaults, "ensure_default_models", nothing)  # the 8-minute default build
     monkeypatch.setattr(rl.ppo_setup, "check_inputs", nothing)
     code = ppo_step.main(["--output_dir", str(tmp_path / "run"), *flags])
     err = capsys.readouterr().err

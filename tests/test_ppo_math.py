@@ -437,3 +437,14 @@ def test_step_value_advantages_by_hand():
         step_value_advantages(values[:, :2], steps, mask)
     with pytest.raises(ValueError, match="one shape"):
         step_value_advantages(values, steps[:, :5], mask)
+
+
+def test_rloo_estimator_is_the_return_against_the_leave_one_out_mean():
+    rewards = torch.tensor([[0.0, 1.0], [0.0, 3.0], [2.0, 0.0], [0.0, 0.0]])
+    mask = torch.tensor([[1, 1], [1, 1], [1, 0], [1, 1]])
+    out = ppo_math.ESTIMATORS["rloo"].estimate(rewards, None, None, mask, gamma=1.0, lam=1.0, group_size=2,
+                                                credit="return", step_values=None)
+    # returns-to-go from the first token: 1, 3 | 2, 0; baselines: the other sample's
+    assert out.advantages.tolist() == [[-2.0, -2.0], [2.0, 2.0], [2.0, 0.0], [-2.0, -2.0]]
+    assert out.returns.tolist() == [[1.0, 1.0], [3.0, 3.0], [2.0, 0.0], [0.0, 0.0]]
+    assert not out.values.any() and out.flat_rows is None

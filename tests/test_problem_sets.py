@@ -14,7 +14,7 @@ from reasoning.problem_sets import (
     load_problem_set,
     split_of_name,
 )
-from rl.evaluation import stated_and_correct
+from reasoning.steps import answer_correct
 
 GSM8K_ROWS = [  # the Hub's GSM8K schema: no id, the solution with "#### N" as the answer
     {"question": "Tom has 3 apples and buys 4 more. How many apples does he have?",
@@ -36,8 +36,8 @@ def test_gsm8k_solution_is_reduced_to_its_answer_so_the_gold_reward_can_pay(tmp_
     assert [p.answer for p in problems] == ["7", "1080", "10"]
     assert [p.answer_kind for p in problems] == ["number"] * 3
     assert [p.id for p in problems] == ["gsm8k_train-0", "gsm8k_train-1", "gsm8k_train-2"]  # made, no id column
-    assert stated_and_correct("3 + 4 = 7. The answer is 7.", problems[0])
-    assert stated_and_correct("The answer is 1080.", problems[1])
+    assert answer_correct("3 + 4 = 7. The answer is 7.", problems[0])
+    assert answer_correct("The answer is 1080.", problems[1])
     # the strict reader of the home schema reduces it too
     rows = [{"id": f"g{i}", **r} for i, r in enumerate(GSM8K_ROWS)]
     assert [p.answer for p in load_jsonl_problems(_jsonl(tmp_path / "own.jsonl", rows))] == ["7", "1080", "10"]

@@ -358,3 +358,12 @@ def test_credited_steps():
     assert credited_steps([], "min") == []
     with pytest.raises(ValueError):
         credited_steps([0.5], "sum")
+
+
+
+def test_each_reward_says_what_it_pays():
+    from rl.step_rewards import REWARDS
+
+    assert [name for name, mode in REWARDS.items() if mode.pays_last_token] == ["outcome", "gold", "step+gold"]
+    assert [name for name, mode in REWARDS.items() if not mode.verifier] == ["gold"]
+    assert [name for name, mode in REWARDS.items() if mode.steps] == ["step", "step+gold"]

@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reasoning.steps import join_steps, prefix_text, split_steps
-from reasoning.types import ReasoningPath
+from reasoning.steps import answer_correct, has_answer, join_steps, prefix_text, split_steps
+from reasoning.types import Problem, ReasoningPath
+from reasoning.world import generate, row_to_problem
 
 
 def test_join_steps_renders_tags_joined_by_newlines():
@@ -177,3 +178,13 @@ def test_split_never_raises_and_steps_are_clean(text):
         assert step and step == step.strip()
         assert "<Step>" not in step and "</Step>" not in step
     assert (path.segmentation == "empty") == (not text.strip())
+
+
+def test_answer_rules():
+    problem = row_to_problem(generate("train", 1, 0)[0])
+    assert answer_correct(f"The answer is <ans>{problem.answer}</ans>.", problem)
+    assert not answer_correct(f"Ava has 1 + {problem.answer} = {problem.answer} cards.", problem)  # no answer
+    assert has_answer("so the answer is 3") and not has_answer("Ava has 3 cards.")
+    assert has_answer(r"\boxed{3}") and has_answer("<ans>3</ans>")
+    # a problem without a gold answer is never answered right
+    assert not answer_correct("The answer is <ans></ans>.", Problem(id="p", question="q", answer=""))

@@ -208,8 +208,8 @@ def test_verifier_separation_pairs_and_shares(tmp_path):
     separates every pair, and a verifier that prefers the misreading separates none."""
     import json
 
+    from experiments.verifier_separation import main, pairs_of, separation
     from reasoning.world import error_kind, generate
-    from scripts.verifier_separation import main, pairs_of, separation
 
     rows = generate("dev", 80, 0)
     pairs = pairs_of(rows)
@@ -238,7 +238,7 @@ def test_reward_agreement_figures_by_hand(tmp_path):
 
     from tiny_world_policy import save_tiny_world_policy
 
-    from scripts.reward_agreement import advantage_corr, main, pair_accuracy, report
+    from experiments.reward_agreement import advantage_corr, main, pair_accuracy, report
 
     right = [True, False, False, True]  # one group of 4: 2 right x 2 wrong = 4 pairs
     assert pair_accuracy([([0.9, 0.1, 0.2, 0.8], right)]) == (1.0, 4)

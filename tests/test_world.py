@@ -256,11 +256,11 @@ def test_numbers_too_long_to_parse_are_format_errors_not_crashes():
 
 
 def test_name_use_figures_by_hand(tmp_path, capsys):
-    """scripts/name_use.py on paths written by hand: the gold steps (names right), the same steps all
+    """experiments/name_use.py on paths written by hand: the gold steps (names right), the same steps all
     under one name (every right computation a naming slip) and a wrong path under a name the problem
     does not have (an unknown_quantity error)."""
+    from experiments.name_use import main, name_use, step_names
     from reasoning.steps import join_steps
-    from scripts.name_use import main, name_use, step_names
 
     rows = w.generate("test", 3, 0)
     by_id = {r["id"]: r for r in rows}
@@ -301,11 +301,11 @@ def test_name_use_figures_by_hand(tmp_path, capsys):
 
 
 def test_gain_by_kind_splits_the_change_by_decision_by_hand(tmp_path, capsys):
-    """scripts/gain_by_kind.py on rows written by hand: an inverse and a stale problem go from the
+    """experiments/gain_by_kind.py on rows written by hand: an inverse and a stale problem go from the
     taught misreading to the gold path (won), a problem with neither goes from gold to a directly
     phrased relation computed with the inverse operation (lost, a `misread_direct` error)."""
+    from experiments.gain_by_kind import main
     from reasoning.steps import join_steps
-    from scripts.gain_by_kind import main
 
     rows = w.generate("test", 60, 0)
     inverse = next(r for r in rows if w.misreadings_of(r) == ["inverse"])
@@ -377,3 +377,33 @@ def test_gain_by_kind_splits_the_change_by_decision_by_hand(tmp_path, capsys):
     assert "covers other problems" in capsys.readouterr().err
     (tmp_path / "run_s1" / "eval_after_rows.jsonl").unlink()
     assert main([str(tmp_path / "run_s1")]) == 2 and "does not exist" in capsys.readouterr().err
+
+
+def test_greedy_evaluation_classifies_errors_through_the_problems_hooks(tmp_path):
+    """The greedy evaluation (and the trainer) reach the world's error kinds and settings files only
+    through `ProblemHooks`: the world's classify world problems; with none, a row has no kind."""
+    from inference.backends.base import Completion
+    from reasoning.steps import join_steps
+    from rl.evaluation import greedy_eval
+    from rl.problem_hooks import NO_HOOKS, WORLD_HOOKS
+
+    rows = w.generate("test", 2, 0)
+    problems = [w.row_to_problem(r) for r in rows]
+    texts = [join_steps(rows[0]["steps"]), "<Step> I do not know.</Step>"]
+
+    class Scripted:
+        def generate(self, prompts, params):
+            return [[Completion(t, 0, 5, "stop")] for t in texts]
+
+    world = greedy_eval(Scripted(), problems, hooks=WORLD_HOOKS)
+    assert world["rows"][0]["error_kind"] is None and world["rows"][1]["error_kind"]
+    assert sum(world["summary"]["error_mix"].values()) == 1
+    plain = greedy_eval(Scripted(), problems, hooks=NO_HOOKS)
+    assert all("error_kind" not in r for r in plain["rows"]) and "error_mix" not in plain["summary"]
+    assert [r["correct"] for r in plain["rows"]] == [r["correct"] for r in world["rows"]]
+
+    source = tmp_path / "policy"
+    source.mkdir()
+    (source / "world_config.json").write_text("{}")
+    assert WORLD_HOOKS.carry_files(source, tmp_path / "trained") == ["world_config.json"]
+    assert NO_HOOKS.carry_files(source, tmp_path / "other") == [] and not (tmp_path / "other").exists()

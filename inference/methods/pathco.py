@@ -19,38 +19,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inference.methods.base import MethodOutput, Tracker
-from inference.methods.stepco import check_loop_config, verify_and_revise
+from inference.methods.stepco import RevisionConfig, verify_and_revise
 from reasoning.types import Problem
 from reward_models.verifier import AGGREGATIONS, aggregate
 
 
 @dataclass
-class Config:
-    threshold: float = 0.5
-    """θ: a path is accepted when the aggregate of its step scores is at least this."""
+class Config(RevisionConfig):
+    """PathCo's settings: the loop's (θ applied to the path's aggregate score), and the aggregation."""
+
     aggregation: str = "mean"
     """How step scores become the path's score: mean (the paper's PathCo), min, prod or last."""
-    max_rounds: int = 5
-    """T: the most verify-then-revise rounds (revisions) per problem."""
-    revision: str = "prompt"
-    """How the path is regenerated: 'prompt' (the feedback prompt, step 1) or 'resample' (a fresh sample)."""
-    temperature: float = 0.0
-    """Temperature of the initial path and of 'prompt' revisions (0: greedy)."""
-    resample_temperature: float = 0.8
-    """Temperature of 'resample' revisions."""
-    top_p: float = 1.0
-    """Nucleus sampling mass when sampling."""
-    verify_final: bool = True
-    """Also verify the path the last allowed revision produced (scores in the trace for every path)."""
-    max_new_tokens: int = 192
-    """Most tokens generated for the initial path and for each revision."""
-    seed: int = 0
-    """Sampling seed; round r uses seed + r."""
 
     def __post_init__(self) -> None:
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
-        check_loop_config(self)
+        super().__post_init__()
 
 
 def run(problems: list[Problem], tracker: Tracker, config: Config) -> list[MethodOutput]:

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from inference.backends.base import SamplingParams
 from inference.methods.base import MethodOutput, Tracker, check_sampling_fields, completion_flags, score_paths
@@ -56,13 +56,17 @@ REVISIONS = ("prompt", "resample")
 
 
 @dataclass
-class Config:
+class RevisionConfig:
+    """The settings of the verify-then-revise loop (`verify_and_revise`), shared by StepCo's and
+    PathCo's `Config`."""
+
     threshold: float = 0.5
-    """θ: a step is accepted when its verifier score is at least this."""
+    """θ: a step (StepCo) or a path's aggregate score (PathCo) is accepted when it is at least this."""
     max_rounds: int = 5
     """T: the most verify-then-revise rounds (revisions) per problem."""
     revision: str = "prompt"
-    """How steps k.. are regenerated: 'prompt' (StepCo's feedback prompt) or 'resample' (continue the kept steps)."""
+    """How the rejected part is regenerated: 'prompt' (StepCo's feedback prompt) or 'resample' (StepCo:
+    continue the kept steps; PathCo: a fresh sample)."""
     temperature: float = 0.0
     """Temperature of the initial path and of 'prompt' revisions (0: greedy)."""
     resample_temperature: float = 0.8
@@ -81,19 +85,12 @@ class Config:
         check_loop_config(self)
 
 
-class LoopConfig(Protocol):
-    threshold: float
-    max_rounds: int
-    revision: str
-    temperature: float
-    resample_temperature: float
-    top_p: float
-    verify_final: bool
-    max_new_tokens: int
-    seed: int
+@dataclass
+class Config(RevisionConfig):
+    """StepCo's settings: the loop's, with θ applied to each step's score."""
 
 
-def check_loop_config(config: LoopConfig) -> None:
+def check_loop_config(config: RevisionConfig) -> None:
     check_sampling_fields(config)
     if config.revision not in REVISIONS:
         raise ValueError(f"revision must be one of {REVISIONS}, got {config.revision!r}")
@@ -133,7 +130,7 @@ class _State:
     flags: list[str] = field(default_factory=list)
 
 
-def verify_and_revise(problems: list[Problem], tracker: Tracker, config: LoopConfig, choose: Choose) -> list[MethodOutput]:
+def verify_and_revise(problems: list[Problem], tracker: Tracker, config: RevisionConfig, choose: Choose) -> list[MethodOutput]:
     """The verify-then-revise loop, batched over problems; `choose` decides where a path is revised."""
     check_loop_config(config)
     n = len(problems)

@@ -17,7 +17,7 @@ path aggregation (`min`, `mean`, `last` of the step scores):
 With two or more verifiers named, `--ratio A,B` adds `log(A) - log(B)` per step (for example a
 verifier LM's step likelihood over the policy's own) as one more candidate.
 
-    python scripts/reward_agreement.py --policy outputs/sft_noisy \\
+    python experiments/reward_agreement.py --policy outputs/sft_noisy \\
         --verifier step-likelihood:outputs/sft_clean_v --verifier outputs/psv_mc_a [--n 200] [--k 8]
 
 Prints one JSON object; `--out` also writes it. Samples are drawn once (seeded) and shared by all
@@ -99,7 +99,7 @@ def report(step_scores: list[list[float] | None], right: list[bool], k: int) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from scripts.sampling_cli import add_sampling_args, sampling_args_error
+    from experiments.sampling_cli import add_sampling_args, sampling_args_error
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_sampling_args(parser, n=200)

@@ -1,10 +1,10 @@
 """Where an RL run's greedy gain on the world comes from, and where it is lost: the change split by
 the decisions a noisy teacher misreads, and the relation-direction errors before and after.
 
-    python scripts/gain_by_kind.py outputs/ppo_noisy/gold_s{0,1,2} [--reference outputs/sft_clean_v]
+    python experiments/gain_by_kind.py outputs/ppo_noisy/gold_s{0,1,2} [--reference outputs/sft_clean_v]
 
 For each run folder (`eval_before_rows.jsonl` and `eval_after_rows.jsonl` of `rl/ppo_step.py` or
-`scripts/grpo_peer.py`) it prints one line per part of the world test problems: those with an
+`rl/grpo_peer.py`) it prints one line per part of the world test problems: those with an
 inverse phrasing, those with a stale-count trap (`reasoning.world.misreadings_of`; a problem with
 both is in both), those with neither, and all of them. Each line has greedy accuracy before and
 after, the problems won (wrong before, right after) and lost (right before, wrong after), and the
@@ -20,7 +20,7 @@ change counted against the first run's starting policy: for instance the same mo
 clean teacher, what the model learns about each decision from gold demonstrations.
 
 The problems are rebuilt from the run's `run_config.json` (`--policy` for runs without one, as in
-`scripts/name_use.py`). Writes nothing; `--json` prints one JSON object.
+`experiments/name_use.py`). Writes nothing; `--json` prints one JSON object.
 """
 
 from __future__ import annotations
@@ -35,10 +35,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from experiments.name_use import run_problems  # noqa: E402
 from reasoning.stats import paired_bootstrap_diff  # noqa: E402
 from reasoning.steps import split_steps  # noqa: E402
 from reasoning.world import error_kind, misreadings_of  # noqa: E402
-from scripts.name_use import run_problems  # noqa: E402
+from rl.run_dir import RunDir, rows_by_id  # noqa: E402
 
 PARTS = ("inverse", "stale", "neither", "all")
 DIRECTION = ("misread_inverse", "misread_direct", "misread_stale")
@@ -48,13 +49,6 @@ def part_of(problem: dict[str, Any]) -> set[str]:
     """The parts a problem belongs to: its misreading kinds, or `neither`, and `all`."""
     kinds = set(misreadings_of(problem))
     return (kinds or {"neither"}) | {"all"}
-
-
-def _load(path: Path) -> dict[str, dict[str, Any]]:
-    if not path.exists():
-        raise ValueError(f"{path} does not exist")
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return {r["id"]: r for r in rows}
 
 
 def error_mix(rows: dict[str, dict[str, Any]], problems: dict[str, dict[str, Any]]) -> dict[str, int]:
@@ -113,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.runs:
             run = Path(name)
             problems = run_problems(run, args.policy, args.world_seed, args.n_eval)
-            before, after = _load(run / "eval_before_rows.jsonl"), _load(run / "eval_after_rows.jsonl")
+            before, after = RunDir(run).greedy_rows("before"), RunDir(run).greedy_rows("after")
             runs[run.name] = by_part(before, after, problems, args.resamples)
             if "before" not in mixes:
                 mixes["before"] = error_mix(before, problems)
@@ -123,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                 mixes[f"{run.name} before"] = error_mix(before, problems)  # another starting policy
             mixes[run.name] = error_mix(after, problems)
         for name in args.reference:
-            ref = _load(Path(name) / "eval_rows.jsonl")
+            ref = rows_by_id(Path(name) / "eval_rows.jsonl")
             if set(ref) != set(first_before):
                 raise ValueError(f"{name}/eval_rows.jsonl covers other problems than {args.runs[0]} "
                                  f"({len(ref)} against {len(first_before)})")

@@ -1,7 +1,7 @@
 """Why verify-then-revise helps or not on the world: StepCo's (or PathCo's) answer changes and where
 its verifier flagged the first path, judged by the world's checker.
 
-    python scripts/stepco_flags.py runs/noisy/stepco_resample [more run folders] [--out flags.json]
+    python experiments/stepco_flags.py runs/noisy/stepco_resample [more run folders] [--out flags.json]
 
 For each run folder of `python -m inference.evaluate --method stepco|pathco --dataset world` (its
 `results.jsonl` with traces), per problem:

@@ -1,13 +1,13 @@
 """How a world policy names the people its steps compute for, before and after RL.
 
-    python scripts/name_use.py outputs/ppo_noisy/{gold,outcome_likmean}_s0 [--policy outputs/sft_noisy]
+    python experiments/name_use.py outputs/ppo_noisy/{gold,outcome_likmean}_s0 [--policy outputs/sft_noisy]
 
 A world step reads `Ava has 6 - 2 = 4 marbles.`: the name is the policy's own record of which
 quantity it computes, and the world's checker judges the computation apart from it (a right
 computation under another person's name is a *naming slip*). RL gets no signal from the name, so
 nothing holds those tokens' entropy up; this script shows what happened to them. For each run
 folder (`eval_before_rows.jsonl` and `eval_after_rows.jsonl` of `rl/ppo_step.py` or
-`scripts/grpo_peer.py`) and each of the two, it prints:
+`rl/grpo_peer.py`) and each of the two, it prints:
 
 - `one_name`: the share of greedy paths with two or more computation steps whose steps all carry
   the same name;

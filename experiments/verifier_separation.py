@@ -12,7 +12,7 @@ with the verifier and reports, per misreading kind:
   min` and `--outcome_aggregation min` reward);
 - the mean scores of both steps.
 
-    python scripts/verifier_separation.py --verifier outputs/psv_noisy [--policy outputs/sft_noisy] [--n 300]
+    python experiments/verifier_separation.py --verifier outputs/psv_noisy [--policy outputs/sft_noisy] [--n 300]
 
 `--verifier` takes any spec `reward_models.load.load_verifier` reads (a PSV folder, `step-confidence`
 with `--policy`, `exact`, a combination). The problems are the world dev split (seed 0) of the

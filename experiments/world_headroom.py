@@ -2,7 +2,7 @@
 greedy errors, pass@k of its own samples, and the same split by the decisions a noisy teacher
 misreads (problems with an inverse phrasing, with a stale-count trap, with neither).
 
-    python scripts/world_headroom.py --policy outputs/sft_tiny [--n 500] [--k 8] [--temperature 1.0]
+    python experiments/world_headroom.py --policy outputs/sft_tiny [--n 500] [--k 8] [--temperature 1.0]
 
 Prints one JSON object and writes it to POLICY/headroom.json (or --out). The problems are the world
 test split of the policy's own world (`world_config.json`), seed 0, as every world figure uses.
@@ -21,7 +21,7 @@ if __package__ in (None, ""):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from scripts.sampling_cli import add_sampling_args, sampling_args_error
+    from experiments.sampling_cli import add_sampling_args, sampling_args_error
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_sampling_args(parser, n=500)
