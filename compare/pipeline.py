@@ -17,7 +17,6 @@ from compare.config import (
     BUDGET_KEYS,
     REFERENCE,
     RESOLVED,
-    ROOT,
     VERIFIER_LM,
     CompareConfig,
     CompareError,

@@ -81,6 +81,24 @@ def check_inputs(args: StepPPOConfig) -> None:
         raise ConfigError(str(err)) from None
 
 
+def _set_flags(args: StepPPOConfig) -> dict[str, str]:
+    return {"train": f"--dataset {args.dataset}", "eval": f"--eval_dataset {args.eval_dataset}",
+            "probe": "the probe problems"}
+
+
+def check_question_sets(args: StepPPOConfig, sets: dict[str, list[Problem]]) -> None:
+    """ConfigError naming the set and problem of the first empty question (`reasoning.questions`);
+    nothing but the problems is read, so rl/ppo_step.py runs it with the other input checks."""
+    from reasoning.questions import QuestionError, check_questions
+
+    flags = _set_flags(args)
+    try:
+        for name, problems in sets.items():
+            check_questions(problems, flags[name])
+    except QuestionError as err:
+        raise ConfigError(str(err)) from None
+
+
 def check_prompt_sets(args: StepPPOConfig, sets: dict[str, list[Problem]]) -> tuple[dict[str, list[Problem]],
                                                                                    dict[str, int]]:
     """The prompt sets (`{"train": ..., "eval": ..., "probe": ...}`) as a run may use them, before any
@@ -92,15 +110,9 @@ def check_prompt_sets(args: StepPPOConfig, sets: dict[str, list[Problem]]) -> tu
 
     from inference.backends.prompt_limits import context_of, max_token_chars, prompts_fit
     from reasoning.prompts import format_prompts, solve_prompt
-    from reasoning.questions import QuestionError, check_questions
 
-    flags = {"train": f"--dataset {args.dataset}", "eval": f"--eval_dataset {args.eval_dataset}",
-             "probe": "the probe problems"}
-    try:
-        for name, problems in sets.items():
-            check_questions(problems, flags[name])
-    except QuestionError as err:
-        raise ConfigError(str(err)) from None
+    flags = _set_flags(args)
+    check_question_sets(args, sets)
     try:
         tokenizer = AutoTokenizer.from_pretrained(args.policy)
         context = context_of(AutoConfig.from_pretrained(args.policy))

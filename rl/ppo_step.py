@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     from rl.ppo_setup import (
         check_inputs,
         check_prompt_sets,
+        check_question_sets,
         load_critic,
         load_policy,
         load_probe_problems,
@@ -41,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parse_config(argv, defer_notes=True)
         check_inputs(args)
         train_set, eval_set = load_run_problems(args)
+        check_question_sets(args, {"train": train_set.problems, "eval": [] if eval_set is None else eval_set.problems})
     except ConfigError as err:  # in the names the user wrote, earlier names included
         print(f"error: {in_users_words(str(err), flush_deprecations(show=False))}", file=sys.stderr)
         return 2

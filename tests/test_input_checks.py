@@ -7,7 +7,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from tiny_world_policy import save_tiny_world_policy
 
 
@@ -150,11 +149,11 @@ def test_check_run_dir_leaves_no_probe_behind(tmp_path):
     assert not any(out.iterdir()) and sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
-def _problems_file(tmp_path: Path, questions: list[str]) -> Path:
+def _problems_file(tmp_path: Path, questions: list[str], seed: int = 3, name: str = "problems.jsonl") -> Path:
     from reasoning.world import generate
 
-    rows = generate("train", len(questions), 3)
-    path = tmp_path / "problems.jsonl"
+    rows = generate("train", len(questions), seed)
+    path = tmp_path / name
     path.write_text("".join(json.dumps({"id": f"p{i}", "question": q if q is not None else r["question"],
                                         "answer": str(r["answer"])}) + "\n"
                             for i, (q, r) in enumerate(zip(questions, rows))))
@@ -188,9 +187,11 @@ def test_an_empty_question_is_refused_by_evaluate_and_ppo(policy, tmp_path, caps
 
 def test_ppo_leaves_out_a_question_beyond_the_context_and_counts_it(policy, tmp_path, capsys):
     data = _problems_file(tmp_path, [None, HUGE, None, None])
+    held_out = _problems_file(tmp_path, [None, HUGE.replace("Hal", "Ivy"), None, None], seed=4,
+                              name="held_out.jsonl")  # no question shared with the training prompts
     out = tmp_path / "ppo"
     code = _ppo(["--policy", str(policy), "--reward", "gold", "--build_missing", "false", "--dataset", str(data),
-                 "--eval_dataset", str(data), "--n_eval", "4", "--n_probe", "0", "--num_updates", "1",
+                 "--eval_dataset", str(held_out), "--n_eval", "4", "--n_probe", "0", "--num_updates", "1",
                  "--prompts_per_update", "2", "--samples_per_prompt", "2", "--max_new_tokens", "8",
                  "--disable_tqdm", "true", "--num_threads", "1", "--output_dir", str(out)])
     assert code == 0

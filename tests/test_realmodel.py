@@ -82,12 +82,6 @@ def _write_rows(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def _write_problems(path: Path, problems) -> Path:
-    path.write_text("".join(json.dumps({"id": p.id, "question": p.question, "answer": p.answer}) + "\n"
-                            for p in problems))
-    return path
-
-
 # ----------------------------------------------------------------------------------------------
 # the converted model and its prompts
 
@@ -135,12 +129,13 @@ def test_chat_template_prompting_and_free_form_steps(smollm2):
 
 
 @pytest.fixture(scope="module")
-def annotation(smollm2, gsm8k, tmp_path_factory):
-    """Math-Shepherd MC labels of the model's own sampled GSM8K paths (2 problems x 2 paths)."""
+def annotation(smollm2, tmp_path_factory):
+    """Math-Shepherd MC labels of the model's own sampled paths on 2 problems in GSM8K's Hub schema
+    (never GSM8K test rows: the PSV trained on them is evaluated on those)."""
     from reward_models.annotate import AnnotateConfig, annotate
 
     out = tmp_path_factory.mktemp("annotation") / "mc.jsonl"
-    data = _write_problems(out.with_name("problems.jsonl"), gsm8k[N_EVAL : N_EVAL + 2])
+    data = _write_rows(out.with_name("problems.jsonl"), _gsm8k_schema_rows(12)[10:])
     cfg = AnnotateConfig(method="mc", policy=str(smollm2), out=str(out), data=str(data), paths_per_problem=2,
                          rollouts=1, max_new_tokens=48, temperature=1.0, disable_tqdm=True)
     summary = annotate(cfg)

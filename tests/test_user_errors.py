@@ -29,7 +29,6 @@ def test_sft_flag_typo_is_one_line_with_the_closest_flag(capsys):
 
 def test_evaluate_unknown_benchmark_and_registry_spellings(tmp_path, capsys):
     from inference import evaluate
-
     from tests.tiny_world_policy import save_tiny_world_policy
 
     policy = save_tiny_world_policy(tmp_path / "policy")

@@ -17,7 +17,6 @@ from inference.backends.base import Completion, SamplingParams, cut_at_stop
 from inference.backends.prompt_limits import context_of, max_token_chars
 from reasoning.prompts import format_prompts
 
-
 _TOKENIZER_LOCK = threading.Lock()
 
 
