@@ -866,7 +866,7 @@ class StepPPOTrainer:
                       "reward_shaping": args.reward_shaping, "advantage_estimator": args.advantage_estimator,
                       "processes": self.accelerator.num_processes,
                       "responses_per_update": args.prompts_per_update * args.samples_per_prompt
-                      * self.accelerator.num_processes, "train_seconds": round(self.train_seconds(), 1),
+                      * self.accelerator.num_processes, "train_seconds": self.train_seconds(),
                       "prompt_too_long": self.prompt_too_long}
             if before is not None:
                 after = self.greedy_eval()
