@@ -53,10 +53,16 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from reasoning.threads import available_cores
+    from reasoning.world import world_config_of
 
     torch.set_num_threads(args.num_threads or max(1, available_cores() // state.num_processes))
+    world_checked = world_config_of(args.policy)
     ensure_default_models(args, state.is_main_process)  # the no-argument run's models, when absent
     state.wait_for_everyone()
+    if world_config_of(args.policy) != world_checked:
+        # the policy was just built: its world (world_config.json) is what the prompts come from,
+        # not the default world they were checked in before it existed
+        train_set, eval_set = load_run_problems(args)
     train, train_rows = train_set.problems, train_set.world_rows
     evaluation = [] if eval_set is None else eval_set.problems
     probe = load_probe_problems(args, train)

@@ -398,6 +398,36 @@ def test_shipped_default_recipe_is_the_embedded_default():
         cfg.validate()
 
 
+def test_a_policy_built_first_gives_the_prompts_its_world(models, tmp_path, monkeypatch):
+    """The no-argument run checks its prompts before the default policy exists (so in the default
+    world), then builds the policy: training, evaluation and probe prompts must then come from the
+    built policy's world (world_config.json), not from the default world they were checked in."""
+    import shutil
+
+    from reasoning.world import WorldConfig
+    from rl import build_defaults, ppo_trainer
+
+    assert WORLD != WorldConfig()
+    monkeypatch.setattr(build_defaults, "build_default_policy",
+                        lambda path, seed=0: shutil.copytree(models / "policy", path))
+    seen = {}
+
+    class Capture:
+        def __init__(self, args, policy, tok, critic, verifier, train, evaluation, probe_problems=None, **_):
+            seen.update(train=train, eval=evaluation, probe=probe_problems)
+
+        def train(self, resume_from_checkpoint=None):
+            return {}
+
+    monkeypatch.setattr(ppo_trainer, "StepPPOTrainer", Capture)
+    monkeypatch.chdir(tmp_path)
+    assert ppo_step.main(["--reward", "gold", "--output_dir", "out", "--n_prompts", "16", "--n_eval", "6",
+                          "--n_probe", "4", "--num_threads", "1", "--disable_tqdm", "true"]) == 0
+    assert [p.question for p in seen["eval"]] == [r["question"] for r in generate("test", 6, 0, WORLD)]
+    assert [p.question for p in seen["probe"]] == [r["question"] for r in generate("dev", 4, 0, WORLD)]
+    assert all(len(p.meta["steps"]) <= WORLD.max_steps + 1 for p in seen["train"])  # + the answer step
+
+
 def test_default_verifier_lm_is_built_in_the_policys_world_only_when_a_verifier_reward_needs_it(
         models, tmp_path, monkeypatch, capsys):
     """The default verifier (the verifier LM's step likelihood) is trained first when absent and a
