@@ -78,8 +78,7 @@ def build_sft(cfg: CompareConfig, art: Artefact, log_dir: Path) -> None:
 
 
 def build_psv(cfg: CompareConfig, art: Artefact, policy: str) -> None:
-    from reward_models.annotate import AnnotateConfig
-    from reward_models.train import NoAnnotatedPaths, train_on_annotation
+    from reward_models.annotate import AnnotateConfig, NoAnnotatedPaths, train_on_annotation
 
     start = time.time()
     art.dir.mkdir(parents=True, exist_ok=True)

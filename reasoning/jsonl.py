@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from reasoning.benchmarks import DatasetError, read_appended_jsonl
+from reasoning.benchmarks import DatasetError, iter_jsonl_objects, read_appended_jsonl
 
 
 def atomic_write(path: str | os.PathLike[str], text: str) -> None:
@@ -46,3 +46,13 @@ def read_resumable_jsonl(path: str | os.PathLike[str], error: type[Exception],
         return read_appended_jsonl(path)
     except DatasetError as err:
         raise error(f"{err}; {fix}") from None
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> tuple[list[Any], list[int]]:
+    """(rows, 1-based line numbers) of a JSONL file of objects; a bad line raises DatasetError
+    naming the file and the line."""
+    rows, lines = [], []
+    for lineno, _, row in iter_jsonl_objects(str(path)):
+        rows.append(row)
+        lines.append(lineno)
+    return rows, lines

@@ -43,7 +43,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reasoning.benchmarks import BENCHMARKS, DatasetError, iter_jsonl_objects, load_benchmark
+from reasoning.benchmarks import BENCHMARKS, DatasetError, load_benchmark
+from reasoning.jsonl import read_jsonl
 from reward_models.verifier import AGGREGATIONS, VerifierInputError, aggregate, validate_paths
 
 RULES = ("threshold", "drop")
@@ -190,15 +191,6 @@ class EvalSet:
     """processbench, stepwise or world."""
     items: list[PathItem]
     world_rows: list[dict] = field(default_factory=list)
-
-
-def read_jsonl(path: str) -> tuple[list[Any], list[int]]:
-    """(rows, 1-based line numbers) of a JSONL file of objects; a bad line raises DatasetError naming file and line."""
-    rows, lines = [], []
-    for lineno, _, row in iter_jsonl_objects(path):
-        rows.append(row)
-        lines.append(lineno)
-    return rows, lines
 
 
 def row_kind(row: Any, where: str) -> str:
@@ -463,7 +455,8 @@ def _skipped(reasons: Sequence[tuple[str, str] | None]) -> dict[str, Any]:
 
 def evaluate(args: EvalArguments) -> dict[str, Any]:
     """Load, sample (world), score, calibrate, measure; returns the summary and writes `args.out`."""
-    from reward_models.load import check_model_path, check_spec, load_verifier
+    from inference.backends.model_files import check_model_path
+    from reward_models.load import check_spec, load_verifier
 
     if not args.verifier or not args.data:
         raise ValueError("--verifier and --data are required")

@@ -50,6 +50,12 @@ from typing import Any
 
 import torch
 
+from inference.backends.model_files import check_model_path
+from reasoning.benchmarks import DatasetError
+from reasoning.jsonl import read_jsonl
+from reasoning.threads import one_thread_unless_told
+from reasoning.world import carry_world_files
+from reward_models.train import BadRowError, check_lengths, row_name
 from reward_models.verifier import VerifierInputError, layout, token_positions, validate_paths
 
 CONFIG_NAME = "implicit_prm.json"
@@ -79,7 +85,6 @@ def check_implicit_dir(path: str) -> dict[str, Any]:
         raise ValueError(f"implicit:{path}: {CONFIG_NAME} is not valid JSON ({err.msg}, line {err.lineno})") from None
     if not isinstance(cfg, dict) or not isinstance(cfg.get("beta"), (int, float)) or not cfg.get("reference"):
         raise ValueError(f"implicit:{path}: {CONFIG_NAME} needs a number 'beta' and a 'reference' path")
-    from reward_models.load import check_model_path
 
     ref = resolve_reference(path, cfg["reference"])
     try:
@@ -335,7 +340,6 @@ def check_outcome_rows(rows: Sequence[Any], skip_bad_rows: bool = False, source:
                        lines: Sequence[int] | None = None) -> tuple[list[dict], list[dict]]:
     """(clean rows {id, prompt, completions, label}, bad rows {index, id, reason}); a bad row
     raises BadRowError naming the file and line unless `skip_bad_rows`."""
-    from reward_models.train import BadRowError, row_name
 
     clean, bad = [], []
     for i, row in enumerate(rows):
@@ -423,8 +427,6 @@ def probe_loss(prm: ImplicitPRM, rows: list[dict], batch_size: int) -> float | N
 def train_implicit_prm(rows: Sequence[Any], cfg: ImplicitPRMConfig, source: str | None = None,
                        lines: Sequence[int] | None = None) -> dict[str, Any]:
     """Validate `rows`, train the implicit PRM from `cfg.init_from`, save it; returns the summary."""
-    from reward_models.load import check_model_path
-    from reward_models.train import check_lengths
 
     cfg.validate()
     check_model_path("--init_from", cfg.init_from)
@@ -470,7 +472,6 @@ def train_implicit_prm(rows: Sequence[Any], cfg: ImplicitPRMConfig, source: str 
     training = {"learning_rate": cfg.learning_rate, "batch_size": cfg.batch_size, "steps": total_steps,
                 "num_train_epochs": cfg.num_train_epochs, "max_steps": cfg.max_steps, "seed": cfg.seed,
                 "train_loss": sum(losses) / len(losses), "tokens_read": train_tokens, "train_seconds": seconds}
-    from reasoning.world import carry_world_files
 
     prm.save_pretrained(cfg.output_dir, extra={"data": stats, "training": training,
                                                "loss_probe": {"rows": len(probe), "before": loss_before,
@@ -483,10 +484,6 @@ def train_implicit_prm(rows: Sequence[Any], cfg: ImplicitPRMConfig, source: str 
 
 def main(argv: list[str] | None = None) -> int:
     from trl import TrlParser
-
-    from reasoning.benchmarks import DatasetError
-    from reasoning.threads import one_thread_unless_told
-    from reward_models.evaluate import read_jsonl
 
     one_thread_unless_told()
     parser = TrlParser((ImplicitPRMConfig,))

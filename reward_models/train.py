@@ -40,7 +40,9 @@ from typing import Any
 import torch
 from transformers import Trainer, TrainingArguments
 
-from reward_models.evaluate import read_jsonl
+from inference.backends.model_files import check_model_path
+from reasoning.jsonl import read_jsonl
+from reasoning.threads import one_thread_unless_told
 from reward_models.psv import encode_paths, init_psv_from_policy, load_psv_model
 from reward_models.verifier import VerifierInputError, layout, validate_paths
 
@@ -450,8 +452,6 @@ def run(rows: Sequence[Any], args: PSVArguments, training_args: PSVTrainingConfi
     from datasets import Dataset
     from transformers import enable_full_determinism, set_seed
 
-    from reward_models.load import check_model_path
-
     if not args.init_from:
         raise ValueError("init_from is required: a policy or a PSV to start from")
     check_model_path("--init_from", args.init_from)
@@ -562,38 +562,12 @@ def train_verifier(
     return output_dir
 
 
-class NoAnnotatedPaths(ValueError):
-    """An annotation that gave no stepwise row to train on."""
-
-
-def train_on_annotation(annotate_config, output_dir: str, log=None, **train_args) -> tuple[list[dict], dict]:
-    """A PSV from the policy's own paths: annotate them (`reward_models.annotate`, appending to
-    `annotate_config.out`, so an interrupted annotation resumes), read the stepwise rows back, and
-    train on them from `annotate_config.policy` into `output_dir` (`train_verifier`'s keywords).
-    `log(message)` hears when training starts. Returns the rows and the annotation's summary;
-    NoAnnotatedPaths when the annotation gave no path."""
-    from reward_models.annotate import annotate  # annotate reaches this module lazily (its train_fn)
-
-    summary = annotate(annotate_config)
-    rows_path = Path(annotate_config.out)
-    rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.strip()]
-    if not rows:
-        raise NoAnnotatedPaths(f"the annotation of {annotate_config.n} problems gave no paths (see "
-                         f"{rows_path}.summary.json)")
-    if log is not None:
-        log(f"training the PSV on {len(rows)} annotated paths into {output_dir}")
-    train_verifier(rows, init_from=annotate_config.policy, output_dir=output_dir, **train_args)
-    return rows, summary
-
-
 # ---------------------------------------------------------------------------------------------
 # CLI.
 
 
 def main(argv: list[str] | None = None) -> int:
     from trl import TrlParser
-
-    from reasoning.threads import one_thread_unless_told
 
     one_thread_unless_told()  # torch read the thread count at import
     parser = TrlParser((PSVArguments, PSVTrainingConfig))

@@ -13,7 +13,7 @@ from pathlib import Path
 from reasoning.world import WorldConfig, world_config_of
 from rl.ppo_config import DEFAULT_POLICY, DEFAULT_VERIFIER, DEFAULT_VERIFIER_LM, TREE_PSV, StepPPOConfig
 from rl.ppo_setup import log
-from rl.step_rewards import REWARDS
+from rl.rewards import REWARDS
 
 
 def _train_sft(argv: list[str], what: str) -> None:
@@ -63,8 +63,7 @@ def build_default_verifier(policy: str, path: str = TREE_PSV, n_problems: int = 
     """A PSV from StepCo-tree annotation of the policy's own paths (the best F1 of the annotation
     methods on the world, docs/results/verifiers_world.md), trained from the policy's backbone
     (~2 min on 2 cores)."""
-    from reward_models.annotate import AnnotateConfig
-    from reward_models.train import train_on_annotation
+    from reward_models.annotate import AnnotateConfig, train_on_annotation
 
     start = time.time()
     log(f"no verifier at {path}: annotating {n_problems} world train problems with the StepCo tree")

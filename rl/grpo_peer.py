@@ -32,10 +32,10 @@ if __package__ in (None, ""):
 
 from reasoning.jsonl import write_jsonl  # noqa: E402
 from reasoning.prompts import solve_prompt  # noqa: E402
-from reasoning.steps import answer_correct  # noqa: E402
 from reasoning.threads import one_thread_unless_told  # noqa: E402
 from reasoning.types import Problem  # noqa: E402
 from rl.ppo_config import ConfigError, StepPPOConfig, parse_with_ppo_settings  # noqa: E402
+from rl.rewards import answer_check  # noqa: E402
 from rl.run_dir import RunDir  # noqa: E402
 
 # The PPO settings the peer shares with our run (the rest of StepPPOConfig is refused).
@@ -99,8 +99,6 @@ def main(argv: list[str] | None = None) -> int:
         model.train(was)
         return result
 
-    def gold(prompts, completions, answer, **_):
-        return [float(answer_correct(c, Problem(id="", question="", answer=a))) for c, a in zip(completions, answer)]
 
     batch = args.prompts_per_update * args.num_generations
     steps_per_update = args.num_iterations * args.num_mini_batches
@@ -135,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     write_jsonl(run.before_rows, before["rows"])
     callback = Probe()
     callback.log(0)
-    trainer = GRPOTrainer(model=model, reward_funcs=gold, args=config, train_dataset=data, processing_class=tok,
+    trainer = GRPOTrainer(model=model, reward_funcs=answer_check, args=config, train_dataset=data, processing_class=tok,
                           callbacks=[callback])
     start = time.time()
     trainer.train()

@@ -13,9 +13,12 @@ from typing import Any
 
 from transformers import TrainingArguments
 
+from reward_models.load import spec_parts, split_spec
 from reward_models.verifier import AGGREGATIONS
 from rl.ppo_math import ESTIMATORS, STEP_CREDITS
-from rl.step_rewards import REWARDS, SHAPING_MODES
+from rl.rewards import REWARDS
+from rl.step_rewards import SHAPING_MODES
+from rl.tracking import report_to
 
 DEFAULT_POLICY = "outputs/sft_tiny"
 """The default policy: `python -m rl.sft`'s embedded default, built first when absent (rl/build_defaults.py)."""
@@ -194,6 +197,18 @@ class StepPPOConfig(TrainingArguments):
     gold_reward_weight: float = field(default=1.0, metadata={"help": "Scale of the gold outcome reward (1 right, 0 wrong)."})
     missing_eos_penalty: float = field(default=1.0, metadata={"help": "Subtracted at the last token of a truncated response."})
     no_answer_penalty: float = field(default=0.5, metadata={"help": "Subtracted at the last token of a response with no answer."})
+    reward_funcs: list[str] | None = field(
+        default=None,
+        metadata={"help": "Your own reward functions, added to --reward: FILE.py:FUNCTION, MODULE:FUNCTION or "
+                          "MODULE.FUNCTION, each called in TRL's reward_funcs shape (prompts, completions, "
+                          "completion_ids, and the columns question, answer, id, problems, steps) and returning one "
+                          "float per completion (paid at its last token), None (nothing), or, from a function with "
+                          "per_step = True, a list with one reward per step (rl/rewards.py). Runs as your code."},
+    )
+    reward_weights: list[float] | None = field(
+        default=None,
+        metadata={"help": "Weights of --reward_funcs, in their order (default 1 each), as TRL's reward_weights."},
+    )
     reward_clip: float | None = field(default=None, metadata={"help": "Clip each placed reward to [-c, c]."})
     reward_normalize: bool = field(default=False, metadata={"help": "Divide rewards by their running std."})
 
@@ -332,6 +347,9 @@ class StepPPOConfig(TrainingArguments):
             self._check_mc_values()
         if self.entropy_coef < 0:
             raise ValueError(f"--entropy_coef must be >= 0, got {self.entropy_coef}")
+        if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs or []):
+            raise ValueError(f"--reward_weights gives {len(self.reward_weights)} weights for "
+                             f"{len(self.reward_funcs or [])} --reward_funcs")
         if self.reward_clip is not None and self.reward_clip <= 0:
             raise ValueError(f"--reward_clip must be > 0, got {self.reward_clip}")
         check_online_update(self)
@@ -344,6 +362,9 @@ class StepPPOConfig(TrainingArguments):
         if REWARDS[self.reward].verifier or not REWARDS[self.reward].gold:  # the answer check alone
             raise ValueError("--advantage_estimator mc_values grades its continuations with the answer check: it "
                              f"needs --reward gold, got {self.reward!r}")
+        if self.reward_funcs:
+            raise ValueError("--advantage_estimator mc_values values its continuations by the answer check alone: "
+                             "it cannot add --reward_funcs")
         if self.gamma != 1:
             raise ValueError("--advantage_estimator mc_values estimates undiscounted values (--gamma 1), got "
                              f"--gamma {self.gamma}")
@@ -360,7 +381,6 @@ def check_online_update(config: StepPPOConfig) -> None:
     alone or a part of a combination, read by a verifier reward)."""
     if not config.verifier_online_update:
         return
-    from reward_models.load import spec_parts, split_spec
 
     if not REWARDS[config.reward].verifier or not any(split_spec(p)[0] == "implicit" for p in spec_parts(config.verifier)):
         raise ValueError(f"--verifier_online_update trains an implicit PRM: it needs --verifier implicit:PATH and a "
@@ -488,8 +508,6 @@ def check_given_names(flags: list[str], keys: list[str]) -> None:
 def check_report_to(value) -> None:
     """ConfigError (one line) for a tracker that does not exist or is not installed."""
     import importlib.util
-
-    from rl.tracking import report_to
 
     for tracker in report_to(value):
         if tracker == "all":

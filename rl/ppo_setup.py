@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from inference.backends.model_files import check_model_path
+from inference.backends.prompt_limits import context_of, max_token_chars, prompts_fit
 from reasoning.benchmarks import DatasetError
 from reasoning.problem_sets import (
     ProblemSet,
@@ -20,11 +22,16 @@ from reasoning.problem_sets import (
     check_training_split,
     load_problem_set,
 )
+from reasoning.prompts import format_prompts, solve_prompt
+from reasoning.questions import QuestionError, check_questions
 from reasoning.types import Problem
 from reasoning.world import world_config_of
+from reward_models.load import check_spec, load_verifier, psv_dir_kind, spec_parts
+from reward_models.psv import init_psv_from_policy, load_psv_model
 from rl.ppo_config import BUILDABLE_VERIFIERS, DEFAULT_POLICY, ConfigError, StepPPOConfig
 from rl.ppo_math import ESTIMATORS
-from rl.step_rewards import REWARDS
+from rl.rewards import REWARDS, load_reward_func
+from rl.run_dir import check_run_dir
 
 # World training prompts of PPO use a seed SFT never saw (SFT: world_seed), so rollouts are fresh.
 PROMPT_SEED_OFFSET = 1
@@ -62,9 +69,6 @@ def check_default_policy_seed(args: StepPPOConfig) -> None:
 def check_inputs(args: StepPPOConfig) -> None:
     """What a run reads, checked before anything is loaded (ConfigError, one line): the policy and
     verifier exist (or are the defaults built first), the prompt sets exist, OUTPUT_DIR may be used."""
-    from reward_models.load import check_model_path, check_spec, spec_parts
-    from rl.run_dir import check_run_dir
-
     builds = args.build_missing
     try:
         if not (builds and args.policy == DEFAULT_POLICY):
@@ -76,6 +80,8 @@ def check_inputs(args: StepPPOConfig) -> None:
                 raise ValueError("the exact verifier checks world problems only: use --dataset world")
         for flag, name in (("--dataset", args.dataset), ("--eval_dataset", args.eval_dataset)):
             check_source(name, flag)
+        for spec in args.reward_funcs or []:
+            load_reward_func(spec)  # the user's reward file: a typo or an error in it, said before any model loads
         check_run_dir(args)
     except ValueError as err:
         raise ConfigError(str(err)) from None
@@ -89,8 +95,6 @@ def _set_flags(args: StepPPOConfig) -> dict[str, str]:
 def check_question_sets(args: StepPPOConfig, sets: dict[str, list[Problem]]) -> None:
     """ConfigError naming the set and problem of the first empty question (`reasoning.questions`);
     nothing but the problems is read, so rl/ppo_step.py runs it with the other input checks."""
-    from reasoning.questions import QuestionError, check_questions
-
     flags = _set_flags(args)
     try:
         for name, problems in sets.items():
@@ -107,9 +111,6 @@ def check_prompt_sets(args: StepPPOConfig, sets: dict[str, list[Problem]]) -> tu
     evaluation flags `prompt_too_long`) is left out, counted and logged; ConfigError when no
     training prompt is left. Only the policy's tokenizer and config are read."""
     from transformers import AutoConfig, AutoTokenizer
-
-    from inference.backends.prompt_limits import context_of, max_token_chars, prompts_fit
-    from reasoning.prompts import format_prompts, solve_prompt
 
     flags = _set_flags(args)
     check_question_sets(args, sets)
@@ -173,8 +174,6 @@ def load_critic(args: StepPPOConfig, tokenizer):
     None under a critic-free estimator (`group`, `rloo`), which has no use for one."""
     if not ESTIMATORS[args.advantage_estimator].uses_critic:
         return None
-    from reward_models.load import psv_dir_kind, spec_parts
-    from reward_models.psv import init_psv_from_policy, load_psv_model
 
     # A combined verifier (product:step-confidence,PSV) lends the critic its PSV part.
     psv = next((p for p in spec_parts(args.verifier) if psv_dir_kind(p) == "full"), None)
@@ -230,8 +229,6 @@ def load_run_problems(args: StepPPOConfig) -> tuple[ProblemSet, ProblemSet | Non
 
 
 def load_verifier_for(args: StepPPOConfig, world_rows: list[dict], device):
-    from reward_models.load import load_verifier
-
     return load_verifier(args.verifier, args.policy, world_rows=world_rows, device=str(device))
 
 

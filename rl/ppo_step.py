@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         load_verifier_for,
     )
     from rl.ppo_trainer import StepPPOTrainer
-    from rl.step_rewards import REWARDS
+    from rl.rewards import REWARDS
 
     try:  # every flag, recipe, path, data and OUTPUT_DIR error before the first model loads
         args = parse_config(argv, defer_notes=True)

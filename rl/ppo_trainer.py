@@ -37,25 +37,27 @@ from typing import Any
 import torch
 from torch import nn
 
+from inference.backends.base import SamplingParams
+from inference.backends.hf import HFGenerator
 from reasoning.jsonl import write_jsonl
 from reasoning.prompts import format_prompts, solve_prompt
 from reasoning.steps import answer_correct, has_answer, split_steps
 from reasoning.types import Problem
-from reward_models.verifier import aggregate
+from reward_models.implicit_prm import find_implicit
 from rl import ppo_math as M
-from rl.evaluation import compare_greedy_rows
+from rl import tracking
+from rl.evaluation import compare_greedy_rows, greedy_eval
+from rl.hub import push_folder
 from rl.ppo_config import StepPPOConfig
 from rl.problem_hooks import WORLD_HOOKS, ProblemHooks
+from rl.rewards import WeightedReward, build_reward_funcs, call_reward_func, load_reward_func
 from rl.run_dir import CHECKPOINT_STATE, RunDir, prepare_run_dir
 from rl.step_rewards import (
-    REWARDS,
     RunningMeanStd,
     assign_rewards,
     char_to_token_positions,
     clip_rewards,
-    credited_steps,
     offsets_from_token_ids,
-    shape_step_rewards,
     step_end_char_positions,
 )
 
@@ -95,10 +97,15 @@ def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
 
 
 class StepPPOTrainer:
+    """Step-level PPO on `train_problems`. The rewards are `config.reward`'s (and the format
+    penalties), plus `reward_funcs` (callables in TRL's `reward_funcs` shape, `rl.rewards`; per-step
+    ones pay at step ends) weighted by `reward_weights` (default 1 each), after any `--reward_funcs`
+    of the config."""
+
     def __init__(self, config: StepPPOConfig, policy, tokenizer, critic, verifier, train_problems: list[Problem],
                  eval_problems: list[Problem] | None = None, ref_policy=None,
                  probe_problems: list[Problem] | None = None, prompt_too_long: dict[str, int] | None = None,
-                 hooks: ProblemHooks = WORLD_HOOKS):
+                 hooks: ProblemHooks = WORLD_HOOKS, reward_funcs=None, reward_weights=None):
         from accelerate import Accelerator
         from accelerate.utils import set_seed
 
@@ -113,7 +120,6 @@ class StepPPOTrainer:
             for model in (policy, critic, ref_policy):
                 if model is not None:
                     disable_dropout_in_model(model)
-        from rl import tracking
 
         self.accelerator = Accelerator(mixed_precision="bf16" if config.bf16 else "no",
                                        **tracking.accelerator_kwargs(config))
@@ -123,6 +129,16 @@ class StepPPOTrainer:
             raise ValueError("the policy tokenizer needs a pad token")
         self.verifier = verifier
         self.online_prms = online_prms(config, verifier)
+        user_funcs = [load_reward_func(spec) for spec in config.reward_funcs or []] + list(reward_funcs or [])
+        user_weights = None
+        if config.reward_weights is not None or reward_weights is not None:
+            user_weights = ([float(w) for w in config.reward_weights or [1.0] * len(config.reward_funcs or [])]
+                            + [float(w) for w in reward_weights or [1.0] * len(reward_funcs or [])])
+        if reward_funcs and M.ESTIMATORS[config.advantage_estimator].monte_carlo:
+            raise ValueError("--advantage_estimator mc_values values its continuations by the answer check alone: "
+                             "it cannot add reward functions")
+        self.reward_funcs: list[WeightedReward] = build_reward_funcs(config, verifier, user_funcs, user_weights)
+        """Every reward of the run (`rl.rewards`): --reward's, the format penalties, then the user's."""
         if not train_problems:
             raise ValueError("no training prompts")
         self.train_problems = list(train_problems)
@@ -286,79 +302,87 @@ class StepPPOTrainer:
     # rewards
 
     def rewards(self, batch: Rollouts) -> tuple[torch.Tensor, dict[str, float]]:
-        """Placed rewards [N, R] (before the KL penalty) and reward statistics of this batch."""
+        """Placed rewards [N, R] (before the KL penalty) and reward statistics of this batch.
+
+        Every reward function (`self.reward_funcs`, `rl.rewards`) is called once on the batch; its
+        per-step outputs go on the tokens that end their steps, its per-sequence outputs on the last
+        token, each times its weight."""
         args, tok = self.args, self.tokenizer
         n, width = batch.response_ids.shape
         lengths = batch.response_mask.sum(-1).long().tolist()
         paths = [split_steps(t) for t in batch.texts]
-        mode = REWARDS[args.reward]
-        use_verifier, use_gold = mode.verifier, mode.gold
-        scores: list[list[float] | None] = [None] * n
-        if use_verifier:
-            idx = [i for i, p in enumerate(paths) if p.steps and all(s.strip() for s in p.steps)]
-            if idx:
-                got = self.verifier.score([batch.problems[i].question for i in idx], [paths[i].steps for i in idx])
-                for i, s in zip(idx, got):
-                    scores[i] = s
+        bodies: list[list[int]] = []
+        completion_ids: list[list[int]] = []
+        for i in range(n):
+            ids = batch.response_ids[i, : lengths[i]].tolist()
+            completion_ids.append(ids)
+            bodies.append(ids[:-1] if ids and ids[-1] == tok.eos_token_id else ids)
+        columns = {"question": [p.question for p in batch.problems], "answer": [p.answer for p in batch.problems],
+                   "id": [p.id for p in batch.problems], "problems": list(batch.problems),
+                   "steps": [list(p.steps) for p in paths], "eos_token_id": tok.eos_token_id}
+        outputs = [call_reward_func(r, [solve_prompt(p.question) for p in batch.problems], batch.texts,
+                                    completion_ids, columns) for r in self.reward_funcs]
         rewards = torch.zeros((n, width))
         reward_mask = torch.zeros((n, width))
         totals: list[float] = []
         stats = {"truncated": 0, "no_answer": 0, "no_steps": 0, "correct": 0, "steps": 0, "step_score_sum": 0.0,
-                 "scored_steps": 0, "verifier_total": 0.0, "gold_total": 0.0, "penalty_total": 0.0,
-                 "unlocated": 0}
+                 "scored_steps": 0, "unlocated": 0}
+        paid = {kind: 0.0 for kind in ("verifier", "gold", "penalty", "user")}
+        paid_by_func = [0.0] * len(self.reward_funcs)
+        for r in self.reward_funcs:
+            for s in getattr(r.func, "last_scores", None) or []:
+                if s is not None:
+                    stats["step_score_sum"] += sum(s)
+                    stats["scored_steps"] += len(s)
         for i in range(n):
-            ids = batch.response_ids[i, : lengths[i]].tolist()
-            has_eos = bool(ids) and ids[-1] == tok.eos_token_id
-            body = ids[:-1] if has_eos else ids
             n_tokens = max(lengths[i], 1)
             path = paths[i]
             stats["steps"] += len(path.steps)
-            step_rewards: list[float] = []
+            stats["correct"] += int(answer_correct(batch.texts[i], batch.problems[i]))
+            stats["truncated"] += int(not completion_ids[i] or completion_ids[i][-1] != tok.eos_token_id)
+            stats["no_answer"] += int(not has_answer(batch.texts[i]))
+            per_step: list[float | None] = [None] * len(path.steps)
+            outcome, at_last = 0.0, False
+            for f, (r, out) in enumerate(zip(self.reward_funcs, outputs)):
+                value = out[i]
+                if value is None:
+                    if r.kind == "verifier":
+                        stats["no_steps"] += 1
+                    continue
+                if isinstance(value, (list, tuple)):
+                    if len(value) != len(path.steps):
+                        raise ValueError(f"reward function {r.name!r} returned {len(value)} step rewards for a "
+                                         f"completion of {len(path.steps)} steps")
+                    for k, v in enumerate(value):
+                        if v is not None:
+                            per_step[k] = (per_step[k] or 0.0) + r.weight * float(v)
+                    got = r.weight * sum(float(v) for v in value if v is not None)
+                else:
+                    got = r.weight * float(value)
+                    outcome += got
+                    at_last = True
+                paid[r.kind] += got
+                paid_by_func[f] += got
+            credited = [k for k, v in enumerate(per_step) if v is not None]
             positions: list[int] = []
-            outcome = 0.0
-            if scores[i] is not None:
-                s = scores[i]
-                stats["step_score_sum"] += sum(s)
-                stats["scored_steps"] += len(s)
-                if mode.steps:
-                    ends = step_end_char_positions(batch.texts[i])
-                    if len(ends) == len(s) and body:
-                        offsets = offsets_from_token_ids(tok, body)
-                        positions = char_to_token_positions(offsets, ends)
-                        step_rewards = [args.step_reward_weight * r for r in shape_step_rewards(s, args.reward_shaping)]
-                    else:  # the steps could not be located in tokens: the same total, at the path's end
-                        stats["unlocated"] += 1
-                        outcome += args.step_reward_weight * sum(shape_step_rewards(s, args.reward_shaping))
-                else:  # outcome: the verifier's score of the whole path, at the last token
-                    whole = aggregate(s, args.outcome_aggregation)
-                    outcome += args.step_reward_weight * shape_step_rewards([whole], args.reward_shaping)[0]
-                stats["verifier_total"] += sum(step_rewards) + outcome
-            elif use_verifier:
-                stats["no_steps"] += 1
-            stated = has_answer(batch.texts[i])
-            correct = answer_correct(batch.texts[i], batch.problems[i])
-            stats["correct"] += int(correct)
-            if use_gold:
-                g = args.gold_reward_weight * float(correct)
-                outcome += g
-                stats["gold_total"] += g
-            penalty = 0.0
-            if not has_eos:
-                stats["truncated"] += 1
-                penalty += args.missing_eos_penalty
-            if not stated:
-                stats["no_answer"] += 1
-                penalty += args.no_answer_penalty
-            outcome -= penalty
-            stats["penalty_total"] += penalty
-            placed = assign_rewards(step_rewards, positions, n_tokens, outcome=outcome, last_token=n_tokens - 1)
+            if credited:
+                ends = step_end_char_positions(batch.texts[i])
+                if len(ends) == len(path.steps) and bodies[i]:
+                    at = char_to_token_positions(offsets_from_token_ids(tok, bodies[i]), ends)
+                    positions = [at[k] for k in credited]
+                else:  # the steps could not be located in tokens: the same total, at the path's end
+                    stats["unlocated"] += 1
+                    outcome += sum(per_step[k] for k in credited)
+                    credited = []
+            placed = assign_rewards([per_step[k] for k in credited], positions, n_tokens, outcome=outcome,
+                                    last_token=n_tokens - 1)
             rewards[i, : n_tokens] = torch.tensor(placed[:n_tokens])
             totals.append(sum(placed))
-            # where a reward was placed: every located step end, and the last token when something
+            # where a reward was placed: every credited step end, and the last token when something
             # is paid there (an outcome or gold reward, a penalty, or steps that could not be located)
-            for k in (credited_steps(scores[i], args.reward_shaping) if positions else []):
-                reward_mask[i, positions[k]] = 1.0
-            if not positions or mode.pays_last_token or penalty:
+            for position in positions:
+                reward_mask[i, position] = 1.0
+            if not positions or at_last:
                 reward_mask[i, n_tokens - 1] = 1.0
         if args.reward_clip is not None:
             rewards = clip_rewards(rewards, args.reward_clip)
@@ -373,9 +397,9 @@ class StepPPOTrainer:
         summary = {
             "rollout/same_reward_groups": sum(max(g) - min(g) < 1e-9 for g in groups) / max(len(groups), 1),
             "reward/mean_total": rewards.sum(-1).mean().item(),
-            "reward/verifier_mean": stats["verifier_total"] / n,
-            "reward/gold_mean": stats["gold_total"] / n,
-            "reward/penalty_mean": stats["penalty_total"] / n,
+            "reward/verifier_mean": paid["verifier"] / n,
+            "reward/gold_mean": paid["gold"] / n,
+            "reward/penalty_mean": -paid["penalty"] / n,
             "verifier/mean_step_score": stats["step_score_sum"] / max(stats["scored_steps"], 1),
             "rollout/accuracy": stats["correct"] / n,
             "rollout/steps_per_response": stats["steps"] / n,
@@ -386,6 +410,9 @@ class StepPPOTrainer:
             "rollout/no_steps_frac": stats["no_steps"] / n,
             "rollout/unlocated_steps_frac": stats["unlocated"] / n,
         }
+        for r, total in zip(self.reward_funcs, paid_by_func):
+            if r.kind == "user":
+                summary[f"reward/{r.name}_mean"] = total / n
         return rewards.to(self.accelerator.device), summary
 
     # ------------------------------------------------------------------------------------------
@@ -680,8 +707,6 @@ class StepPPOTrainer:
     @contextmanager
     def _eval_generator(self):
         """An HF generator over the policy in eval mode (train mode restored after)."""
-        from inference.backends.hf import HFGenerator
-
         policy = self._unwrapped_policy()
         was_training = policy.training
         policy.eval()
@@ -693,8 +718,6 @@ class StepPPOTrainer:
                 policy.train()
 
     def greedy_eval(self) -> dict[str, Any]:
-        from rl.evaluation import greedy_eval
-
         with self._eval_generator() as gen:
             return greedy_eval(gen, self.eval_problems, max_new_tokens=self.args.max_new_tokens, hooks=self.hooks)
 
@@ -704,9 +727,6 @@ class StepPPOTrainer:
         the policy got wrong greedily at the start. Sharpening raises sampled accuracy on problems
         greedy already solves; learning shows as greedy accuracy rising and as more right samples
         on the problems it started out getting wrong."""
-        from inference.backends.base import SamplingParams
-        from rl.evaluation import greedy_eval
-
         args = self.args
         with self._eval_generator() as gen:
             greedy = greedy_eval(gen, self.probe_problems, max_new_tokens=args.max_new_tokens, hooks=self.hooks)
@@ -749,8 +769,6 @@ class StepPPOTrainer:
             os.replace(tmp, final)
             self._prune_checkpoints()
             if self.args.push_to_hub:
-                from rl.hub import push_folder
-
                 push_folder(self.args, final / RunDir.policy, f"checkpoint-{self.update}",
                             f"step PPO checkpoint at update {self.update}")
         self.accelerator.wait_for_everyone()
@@ -801,8 +819,6 @@ class StepPPOTrainer:
         elif self.accelerator.is_main_process and metrics_path.exists():
             metrics_path.unlink()
         if self.accelerator.is_main_process:
-            from rl import tracking
-
             tracking.init_trackers(self.accelerator, args)
         before = None
         if self.eval_problems and self.accelerator.is_main_process:
@@ -859,8 +875,6 @@ class StepPPOTrainer:
                 prm.save_pretrained(str(self.run.implicit_prm if k == 0 else self.out / f"{RunDir.implicit_prm}_{k}"),
                                     extra={"online_updates": self.update, "trained_from": prm.path})
             if args.push_to_hub:
-                from rl.hub import push_folder
-
                 push_folder(args, self.run.policy, None, f"step PPO policy after {self.update} updates")
             result = {"updates": self.update, "skipped_batches": self.skipped_batches, "reward": args.reward,
                       "reward_shaping": args.reward_shaping, "advantage_estimator": args.advantage_estimator,
@@ -914,7 +928,6 @@ def online_prms(config: StepPPOConfig, verifier) -> list:
     """The implicit PRMs that --verifier_online_update trains ([] without the flag)."""
     if not config.verifier_online_update:
         return []
-    from reward_models.implicit_prm import find_implicit
 
     found = find_implicit(verifier)
     if not found:

@@ -19,8 +19,13 @@ from pathlib import Path
 
 from trl import SFTConfig
 
+from inference.backends.hf import HFGenerator
 from reasoning.corpora import TASKS, build_corpus, parse_teacher_noise
+from reasoning.threads import one_thread_unless_told
+from reasoning.tokenizer import train_tokenizer
 from reasoning.world import WorldConfig, generate, row_to_problem
+from rl.evaluation import greedy_eval
+from rl.models import build_tiny_causal_lm
 
 WORLD_FIELDS = ("min_steps", "max_steps", "max_base", "max_delta", "max_factor", "max_value", "p_inverse",
                 "min_distractors", "max_distractors", "p_together", "n_names", "n_items")
@@ -113,11 +118,6 @@ def run(args: WorldSFTArguments, training_args) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTTrainer
 
-    from inference.backends.hf import HFGenerator
-    from reasoning.tokenizer import train_tokenizer
-    from rl.evaluation import greedy_eval
-    from rl.models import build_tiny_causal_lm
-
     start = time.time()
     world = args.world_config()
     train_rows = generate("train", args.n_train, args.world_seed, world)
@@ -191,8 +191,6 @@ def flag_error(message: str, types) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from trl import TrlParser
-
-    from reasoning.threads import one_thread_unless_told
 
     one_thread_unless_told()  # torch read the thread count at import
     parser = TrlParser((WorldSFTArguments, WorldSFTConfig))

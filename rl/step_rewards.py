@@ -28,16 +28,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from reasoning.steps import CLOSE_TAG, OPEN_TAG
 from reward_models.verifier import token_positions as verifier_token_positions
 
 __all__ = [
-    "REWARDS",
     "SHAPING_MODES",
-    "RewardMode",
     "RunningMeanStd",
     "assign_rewards",
     "char_to_token_positions",
@@ -49,31 +46,6 @@ __all__ = [
     "step_end_char_positions",
     "step_end_token_positions",
 ]
-
-@dataclass(frozen=True)
-class RewardMode:
-    """What a `--reward` pays: the one place a reward's name is resolved."""
-
-    verifier: bool
-    """Reads the verifier's step scores (a verifier is loaded)."""
-    steps: bool
-    """Pays each step's score at the token ending it; False: the verifier's whole-path score (if
-    any) at the last token."""
-    gold: bool
-    """Pays the answer's correctness (1 right, 0 wrong, times gold_reward_weight) at the last token."""
-
-    @property
-    def pays_last_token(self) -> bool:
-        """Something is always paid at the last token (an outcome, a gold reward)."""
-        return not self.steps or self.gold
-
-
-REWARDS = {
-    "step": RewardMode(verifier=True, steps=True, gold=False),
-    "outcome": RewardMode(verifier=True, steps=False, gold=False),
-    "gold": RewardMode(verifier=False, steps=False, gold=True),
-    "step+gold": RewardMode(verifier=True, steps=True, gold=True),
-}
 
 SHAPING_MODES = ("raw", "centered", "delta", "min")
 

@@ -10,7 +10,7 @@ import pytest
 from reasoning import grade
 from reasoning.benchmarks import DatasetError, iter_jsonl_objects, load_jsonl_problems, read_appended_jsonl
 from reasoning.json_input import JSONInputError, loads
-from reward_models.evaluate import read_jsonl
+from reasoning.jsonl import read_jsonl
 
 DEEP = "[" * 100_000
 LONG_INT = '{"id": "x", "question": "q", "answer": ' + "9" * 5000 + "}"

@@ -65,7 +65,7 @@ class FixedVerifier:
         return [[self.scores[k % len(self.scores)] for k in range(len(p))] for p in paths]
 
 
-def make_trainer(models, tmp_path, verifier, **overrides):
+def make_trainer(models, tmp_path, verifier, reward_funcs=None, reward_weights=None, **overrides):
     from rl.ppo_setup import load_critic, load_policy, load_problems
     from rl.ppo_trainer import StepPPOTrainer
 
@@ -78,7 +78,8 @@ def make_trainer(models, tmp_path, verifier, **overrides):
     train, _ = load_problems("world", args.n_prompts, args, "train")
     policy, tok = load_policy(args)
     critic = load_critic(args, tok)
-    return StepPPOTrainer(args, policy, tok, critic, verifier, train, []), tok, train
+    return (StepPPOTrainer(args, policy, tok, critic, verifier, train, [], reward_funcs=reward_funcs,
+                           reward_weights=reward_weights), tok, train)
 
 
 def rollouts_from_texts(trainer, tok, problems, texts, eos=True):
@@ -177,6 +178,105 @@ def test_outcome_gold_and_penalties_go_to_the_last_token(models, tmp_path):
     assert rewards[0].sum().item() == pytest.approx(1.0) and rewards[0, len(ids[0]) - 1].item() == pytest.approx(1.0)
     assert rewards[1].abs().sum().item() == 0
     assert stats["rollout/accuracy"] == 0.5
+
+
+def test_a_users_reward_functions_join_the_built_in_ones_where_they_land(models, tmp_path):
+    # a TRL-shaped per-sequence function (its weight times its value at the last token) beside the
+    # gold reward, and a per-step one paying at the step ends it names (None: nothing, not credited)
+    seen = {}
+
+    def brevity(prompts, completions, completion_ids, answer, **kwargs):
+        seen.update(kwargs, answer=answer, prompts=prompts)
+        return [-float(len(ids)) for ids in completion_ids]
+
+    class FirstStepBonus:
+        per_step = True
+
+        def __call__(self, prompts, completions, steps, **_):
+            return [[0.25] + [None] * (len(s) - 1) for s in steps]
+
+    trainer, tok, train = make_trainer(models, tmp_path, None, reward_funcs=[brevity, FirstStepBonus()],
+                                       reward_weights=[0.01, 2.0], reward="gold", missing_eos_penalty=0.0,
+                                       no_answer_penalty=0.0)
+    problem = train[0]
+    text = join_steps(["Ava has 3 + 4 = 7 apples.", f"The answer is <ans>{problem.answer}</ans>."])
+    batch, ids = rollouts_from_texts(trainer, tok, [problem], [text])
+    rewards, stats = trainer.rewards(batch)
+    last, first = len(ids[0]) - 1, close_tag_token(tok, text, 0)
+    assert rewards[0, last].item() == pytest.approx(1.0 - 0.01 * len(ids[0]))
+    assert rewards[0, first].item() == pytest.approx(0.5)
+    assert rewards[0].abs().sum().item() == pytest.approx(abs(1.0 - 0.01 * len(ids[0])) + 0.5)
+    assert batch.reward_mask[0].nonzero().flatten().tolist() == [first, last]
+    assert stats["reward/gold_mean"] == pytest.approx(1.0)
+    assert stats["reward/brevity_mean"] == pytest.approx(-0.01 * len(ids[0]))
+    assert stats["reward/FirstStepBonus_mean"] == pytest.approx(0.5)
+    assert seen["answer"] == [problem.answer] and seen["question"] == [problem.question]
+    assert seen["steps"] == [["Ava has 3 + 4 = 7 apples.", f"The answer is <ans>{problem.answer}</ans>."]]
+    assert seen["prompts"] == [solve_prompt(problem.question)]
+
+
+def test_reward_functions_that_break_the_shape_are_named(models, tmp_path):
+    def as_list(prompts, completions, **_):
+        return [[1.0] for _ in completions]
+
+    class WrongLength:
+        per_step = True
+        __name__ = "wrong_length"
+
+        def __call__(self, prompts, completions, steps, **_):
+            return [[1.0] * (len(s) + 1) for s in steps]
+
+    def too_few(prompts, completions, **_):
+        return []
+
+    for func, message in ((as_list, "'as_list' returned a list"), (WrongLength(), "'wrong_length' returned 3 step"),
+                          (too_few, "'too_few' returned 0 rewards for 1")):
+        trainer, tok, train = make_trainer(models, tmp_path, None, reward_funcs=[func], reward="gold")
+        text = join_steps(["So 3 + 4 = 7.", "The answer is <ans>7</ans>."])
+        batch, _ = rollouts_from_texts(trainer, tok, train[:1], [text])
+        with pytest.raises(ValueError, match=message):
+            trainer.rewards(batch)
+    with pytest.raises(ValueError, match="1 reward functions but 2 reward weights"):
+        make_trainer(models, tmp_path, None, reward_funcs=[too_few], reward_weights=[1.0, 2.0], reward="gold")
+
+
+def test_reward_funcs_flag_loads_a_file_a_module_or_a_dotted_path(models, tmp_path):
+    from rl.rewards import answer_check, load_reward_func
+
+    (tmp_path / "my_rewards.py").write_text(
+        "def short(prompts, completions, **kwargs):\n    return [-len(c) / 100 for c in completions]\n")
+    (tmp_path / "broken.py").write_text("def f(:\n")
+    short = load_reward_func(f"{tmp_path / 'my_rewards.py'}:short")
+    assert short(prompts=["q"], completions=["abcd"]) == [-0.04]
+    assert load_reward_func("rl.rewards:answer_check") is answer_check
+    assert load_reward_func("rl.rewards.answer_check") is answer_check
+    for spec, message in ((f"{tmp_path / 'none.py'}:short", "no such file"),
+                          (f"{tmp_path / 'my_rewards.py'}:long", "has no 'long'"),
+                          ("no_such_module_here:f", "cannot import no_such_module_here"), ("short", "expected"),
+                          (f"{tmp_path / 'broken.py'}:f", "broken.py failed to load: SyntaxError")):
+        with pytest.raises(ValueError, match=message):
+            load_reward_func(spec)
+    # on the command line, the weights pair with the functions; the flags reach the trainer
+    from rl.ppo_config import parse_config
+
+    args = parse_config(tiny_args(models, tmp_path / "o", "--reward", "gold", "--reward_funcs",
+                                  f"{tmp_path / 'my_rewards.py'}:short", "--reward_weights", "3"))
+    assert args.reward_funcs == [f"{tmp_path / 'my_rewards.py'}:short"] and args.reward_weights == [3.0]
+    with pytest.raises(ValueError, match="2 weights for 1 --reward_funcs"):
+        StepPPOConfig(output_dir=str(tmp_path), reward="gold", reward_funcs=["rl.rewards:answer_check"],
+                      reward_weights=[1.0, 2.0], report_to="none").validate()
+    with pytest.raises(ValueError, match="cannot add --reward_funcs"):
+        StepPPOConfig(output_dir=str(tmp_path), reward="gold", advantage_estimator="mc_values",
+                      reward_funcs=["rl.rewards:answer_check"], report_to="none").validate()
+
+
+def test_the_gold_reward_is_a_trl_reward_function():
+    # what TRL's GRPOTrainer passes: prompts, completions, completion_ids and the dataset's columns
+    from rl.rewards import answer_check
+
+    got = answer_check(prompts=["p", "p"], completions=["The answer is <ans>12</ans>.", "So it is 12."],
+                       completion_ids=[[1], [2]], answer=["12", "12"], trainer_state=None)
+    assert got == [1.0, 0.0] and answer_check.__name__ == "gold"
 
 
 def test_update_changes_the_policy_and_skips_nan_batches(models, tmp_path):

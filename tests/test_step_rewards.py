@@ -362,7 +362,7 @@ def test_credited_steps():
 
 
 def test_each_reward_says_what_it_pays():
-    from rl.step_rewards import REWARDS
+    from rl.rewards import REWARDS
 
     assert [name for name, mode in REWARDS.items() if mode.pays_last_token] == ["outcome", "gold", "step+gold"]
     assert [name for name, mode in REWARDS.items() if not mode.verifier] == ["gold"]

@@ -57,6 +57,22 @@ def test_annotate_with_a_missing_policy_is_one_line(tmp_path, capsys):
     assert not (tmp_path / "a.jsonl").exists()
 
 
+def test_ppo_with_a_broken_reward_file_is_one_line_before_any_model_loads(tmp_path, capsys):
+    from rl import ppo_step
+    from tests.tiny_world_policy import save_tiny_world_policy
+
+    policy = save_tiny_world_policy(tmp_path / "policy")
+    capsys.readouterr()
+    (tmp_path / "my_rewards.py").write_text("import no_such_package_here\n")
+    base = ["--model_name_or_path", str(policy), "--reward", "gold", "--output_dir", str(tmp_path / "out"),
+            "--max_steps", "1", "--num_threads", "1"]
+    assert ppo_step.main([*base, "--reward_funcs", f"{tmp_path / 'my_rewards.py'}:brevity"]) == 2
+    _one_line_error(capsys.readouterr().err, "--reward_funcs", "my_rewards.py failed to load: ModuleNotFoundError")
+    assert ppo_step.main([*base, "--reward_funcs", "rl.rewards:no_such_reward"]) == 2
+    _one_line_error(capsys.readouterr().err, "rl.rewards has no 'no_such_reward'")
+    assert not (tmp_path / "out").exists()
+
+
 def _imported_distributions() -> set[str]:
     names = set()
     for package in PACKAGES:

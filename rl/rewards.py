@@ -1,0 +1,269 @@
+"""Reward functions in TRL's `reward_funcs` shape, and the one place `--reward` becomes them.
+
+A reward function is called as TRL's `GRPOTrainer` calls one,
+
+    func(prompts=[...], completions=[...], completion_ids=[...], **columns) -> list
+
+with one entry per completion, and keyword columns for the rest: `question`, `answer` and `id`
+(the dataset's columns, as TRL passes them), `problems` (the `reasoning.types.Problem` of each
+completion) and `steps` (each completion split into its reasoning steps). Take what you need and
+end with `**kwargs`. An entry is
+
+- a float: a per-sequence reward, paid at the completion's last token;
+- a list with one entry per step (`steps[i]`): per-step rewards, each paid at the token that ends
+  its step; a `None` in the list pays nothing at that step and leaves it out of the group
+  normalisation (min-form credit pays one step only);
+- `None`: the function has nothing to say about this completion (nothing is paid).
+
+A function is per-step when it sets `per_step = True` (only then may it return lists). The
+trainer multiplies each function's output by its weight and adds them up where they land, so
+`step`, `outcome`, `gold`, `step+gold`, the format penalties and a user's own function are the same
+kind of thing: `StepPPOTrainer(..., reward_funcs=[...], reward_weights=[...])`, or on the command
+line `--reward_funcs my_rewards.py:brevity --reward_weights 0.1` beside the built-in `--reward`.
+A TRL reward function (per-sequence, returning floats) works unchanged, and `answer_check` is one
+that TRL's `GRPOTrainer` takes (`rl/grpo_peer.py` uses it).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reasoning.steps import answer_correct, has_answer
+from reasoning.types import Problem
+from reward_models.verifier import aggregate
+from rl.step_rewards import credited_steps, shape_step_rewards
+
+__all__ = [
+    "REWARDS",
+    "RewardMode",
+    "VerifierOutcomeReward",
+    "VerifierStepReward",
+    "WeightedReward",
+    "answer_check",
+    "build_reward_funcs",
+    "call_reward_func",
+    "load_reward_func",
+    "missing_eos",
+    "no_answer",
+]
+
+RewardOutput = float | list[float | None] | None
+
+
+@dataclass(frozen=True)
+class RewardMode:
+    """What a `--reward` pays: the one place a reward's name is resolved."""
+
+    verifier: bool
+    """Reads the verifier's step scores (a verifier is loaded)."""
+    steps: bool
+    """Pays each step's score at the token ending it; False: the verifier's whole-path score (if
+    any) at the last token."""
+    gold: bool
+    """Pays the answer's correctness (1 right, 0 wrong, times gold_reward_weight) at the last token."""
+
+    @property
+    def pays_last_token(self) -> bool:
+        """Something is always paid at the last token (an outcome, a gold reward)."""
+        return not self.steps or self.gold
+
+
+REWARDS = {
+    "step": RewardMode(verifier=True, steps=True, gold=False),
+    "outcome": RewardMode(verifier=True, steps=False, gold=False),
+    "gold": RewardMode(verifier=False, steps=False, gold=True),
+    "step+gold": RewardMode(verifier=True, steps=True, gold=True),
+}
+
+
+def _problems(n: int, problems: Sequence[Problem] | None, answer: Sequence[str] | None) -> list[Problem]:
+    if problems is not None:
+        return list(problems)
+    if answer is None:
+        raise TypeError("answer_check needs the `answer` column (or `problems`)")
+    return [Problem(id="", question="", answer=str(a)) for a in answer]
+
+
+def answer_check(prompts: Sequence[str], completions: Sequence[str], answer: Sequence[str] | None = None,
+                 problems: Sequence[Problem] | None = None, **_: Any) -> list[float]:
+    """1.0 where the completion states the gold answer, else 0.0 (`reasoning.steps.answer_correct`):
+    the gold reward. Grades by the `problems` when given (answer kinds, options), else by the
+    `answer` column, so TRL's `GRPOTrainer` can call it on a dataset with an `answer` column."""
+    return [float(answer_correct(c, p)) for c, p in zip(completions, _problems(len(completions), problems, answer))]
+
+
+answer_check.__name__ = "gold"
+
+
+def missing_eos(prompts: Sequence[str], completions: Sequence[str], completion_ids: Sequence[Sequence[int]],
+                eos_token_id: int | None = None, **_: Any) -> list[float | None]:
+    """-1.0 for a completion cut off before its end-of-sequence token (truncated), else None."""
+    return [None if ids and ids[-1] == eos_token_id else -1.0 for ids in completion_ids]
+
+
+def no_answer(prompts: Sequence[str], completions: Sequence[str], **_: Any) -> list[float | None]:
+    """-1.0 for a completion that states no final answer (`has_answer`), else None."""
+    return [None if has_answer(c) else -1.0 for c in completions]
+
+
+class VerifierStepReward:
+    """Each step's verifier score, shaped (`rl.step_rewards.shape_step_rewards`), paid at its step's
+    end: `--reward step`. A path with no steps or an empty step is not scored (None)."""
+
+    per_step = True
+    uses_verifier = True
+    __name__ = "verifier_steps"
+
+    def __init__(self, verifier, shaping: str = "raw"):
+        self.verifier, self.shaping = verifier, shaping
+        self.last_scores: list[list[float] | None] = []
+        """The raw step scores of the last call (None where not scored), for the trainer's logs."""
+
+    def __call__(self, prompts, completions, question: Sequence[str], steps: Sequence[list[str]], **_):
+        self.last_scores = score_paths(self.verifier, question, steps)
+        out: list[RewardOutput] = []
+        for s in self.last_scores:
+            if s is None:
+                out.append(None)
+                continue
+            shaped = shape_step_rewards(s, self.shaping)
+            credited = set(credited_steps(s, self.shaping))
+            out.append([r if k in credited else None for k, r in enumerate(shaped)])
+        return out
+
+
+class VerifierOutcomeReward:
+    """The verifier's whole-path score (`aggregation` of its step scores, shaped as a one-step path)
+    at the last token: `--reward outcome`."""
+
+    per_step = False
+    uses_verifier = True
+    __name__ = "verifier_outcome"
+
+    def __init__(self, verifier, aggregation: str = "mean", shaping: str = "raw"):
+        self.verifier, self.aggregation, self.shaping = verifier, aggregation, shaping
+        self.last_scores: list[list[float] | None] = []
+
+    def __call__(self, prompts, completions, question: Sequence[str], steps: Sequence[list[str]], **_):
+        self.last_scores = score_paths(self.verifier, question, steps)
+        return [None if s is None else shape_step_rewards([aggregate(s, self.aggregation)], self.shaping)[0]
+                for s in self.last_scores]
+
+
+def score_paths(verifier, questions: Sequence[str], steps: Sequence[list[str]]) -> list[list[float] | None]:
+    """The verifier's step scores of every path with steps, none empty, in one batched call; None
+    for the others."""
+    scores: list[list[float] | None] = [None] * len(steps)
+    idx = [i for i, p in enumerate(steps) if p and all(s.strip() for s in p)]
+    if idx:
+        for i, s in zip(idx, verifier.score([questions[i] for i in idx], [steps[i] for i in idx])):
+            scores[i] = list(s)
+    return scores
+
+
+@dataclass
+class WeightedReward:
+    """A reward function and its weight, under the name its metrics are logged with."""
+
+    func: Callable[..., list]
+    weight: float = 1.0
+    name: str = ""
+    kind: str = "user"
+    """'verifier', 'gold', 'penalty' or 'user': which of the logged totals it adds to."""
+
+    def __post_init__(self):
+        if not self.name:
+            self.name = getattr(self.func, "__name__", type(self.func).__name__)
+
+    @property
+    def per_step(self) -> bool:
+        return bool(getattr(self.func, "per_step", False))
+
+
+def build_reward_funcs(config, verifier, extra: Sequence[Callable] = (), extra_weights: Sequence[float] | None = None,
+                       ) -> list[WeightedReward]:
+    """The reward functions of a run: `config.reward` (REWARDS) read here and nowhere else, the
+    format penalties, then `extra` (a user's functions, weights `extra_weights`, default 1 each)."""
+    mode = REWARDS[config.reward]
+    funcs: list[WeightedReward] = []
+    if mode.verifier:
+        if mode.steps:
+            funcs.append(WeightedReward(VerifierStepReward(verifier, config.reward_shaping), config.step_reward_weight,
+                                        kind="verifier"))
+        else:
+            funcs.append(WeightedReward(VerifierOutcomeReward(verifier, config.outcome_aggregation,
+                                                              config.reward_shaping),
+                                        config.step_reward_weight, kind="verifier"))
+    if mode.gold:
+        funcs.append(WeightedReward(answer_check, config.gold_reward_weight, name="gold", kind="gold"))
+    if config.missing_eos_penalty:
+        funcs.append(WeightedReward(missing_eos, config.missing_eos_penalty, name="missing_eos", kind="penalty"))
+    if config.no_answer_penalty:
+        funcs.append(WeightedReward(no_answer, config.no_answer_penalty, name="no_answer", kind="penalty"))
+    extra = list(extra)
+    weights = [1.0] * len(extra) if extra_weights is None else [float(w) for w in extra_weights]
+    if len(weights) != len(extra):
+        raise ValueError(f"{len(extra)} reward functions but {len(weights)} reward weights")
+    for func, weight in zip(extra, weights):
+        if not callable(func):
+            raise TypeError(f"a reward function must be callable, got {func!r}")
+        funcs.append(WeightedReward(func, weight))
+    return funcs
+
+
+def load_reward_func(spec: str) -> Callable[..., list]:
+    """`path/to/file.py:name`, `package.module:name` or `package.module.name` (TRL's grpo script
+    form) to the function it names (a class is instantiated): the user's own reward, run as their
+    code. Errors name the spec."""
+    where, sep, name = spec.rpartition(":")
+    if not sep:  # TRL's grpo script form: a dotted path, package.module.function
+        where, sep, name = spec.rpartition(".")
+    if not sep or not where or not name:
+        raise ValueError(f"--reward_funcs {spec}: expected FILE.py:FUNCTION, MODULE:FUNCTION or MODULE.FUNCTION")
+    if where.endswith(".py"):
+        path = Path(where)
+        if not path.is_file():
+            raise ValueError(f"--reward_funcs {spec}: no such file {where}")
+        module_name = f"_steprl_reward_{path.stem}"
+        module_spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[module_name] = module
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as err:  # the user's file: any error in it is theirs to see, in one line
+            raise ValueError(f"--reward_funcs {spec}: {where} failed to load: {type(err).__name__}: {err}") from err
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ImportError as err:
+            raise ValueError(f"--reward_funcs {spec}: cannot import {where} ({err})") from err
+    func = getattr(module, name, None)
+    if func is None:
+        raise ValueError(f"--reward_funcs {spec}: {where} has no {name!r}")
+    if inspect.isclass(func):
+        func = func()
+    if not callable(func):
+        raise ValueError(f"--reward_funcs {spec}: {name!r} is not callable")
+    return func
+
+
+def call_reward_func(reward: WeightedReward, prompts: list[str], completions: list[str],
+                     completion_ids: list[list[int]], columns: dict[str, Any]) -> list[RewardOutput]:
+    """One reward function's outputs on a batch, checked: one entry per completion, lists only from
+    a per-step function. Errors name the function."""
+    out = list(reward.func(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns))
+    if len(out) != len(completions):
+        raise ValueError(f"reward function {reward.name!r} returned {len(out)} rewards for {len(completions)} "
+                         "completions")
+    for value in out:
+        if isinstance(value, (list, tuple)) and not reward.per_step:
+            raise ValueError(f"reward function {reward.name!r} returned a list (per-step rewards) but does not set "
+                             "per_step = True")
+    return out
