@@ -1,6 +1,10 @@
 """How much room a world policy leaves for RL and revision: greedy accuracy, the error mix of its
 greedy errors, pass@k of its own samples, and the same split by the decisions a noisy teacher
-misreads (problems with an inverse phrasing, with a stale-count trap, with neither).
+misreads (problems with an inverse phrasing, with a stale-count trap, with neither). For credit
+assignment: the share of flat groups (all k samples right, or all wrong: a group estimator on the
+answer check learns nothing from them), and of those the share whose samples a step reward could
+still rank (the world's exact checker finds their first wrong step at different places: a
+reference measure, the checker is privileged), and the steps and tokens per sample.
 
     python experiments/world_headroom.py --policy outputs/sft_tiny [--n 500] [--k 8] [--temperature 1.0]
 
@@ -40,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     from inference.backends.hf import HFGenerator
     from reasoning.grading import grade
     from reasoning.prompts import solve_prompt
-    from reasoning.world import generate, misreadings_of, row_to_problem, world_config_of
+    from reasoning.steps import split_steps
+    from reasoning.world import earliest_error, generate, misreadings_of, row_to_problem, world_config_of
     from rl.evaluation import greedy_eval
 
     rows = generate("test", args.n, 0, world_config_of(args.policy))
@@ -55,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         samples = gen.generate([solve_prompt(p.question) for p in problems], params)
     right = [[grade(c.text, p).correct for c in group] for p, group in zip(problems, samples)]
     kinds = [misreadings_of(r) for r in rows]
+    first_wrong = [[earliest_error(p, split_steps(c.text).steps) for c in group] for p, group in zip(problems, samples)]
 
     def part(idx: list[int]) -> dict:
         if not idx:
@@ -65,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"pass@{args.k}": sum(any(right[i]) for i in idx) / len(idx),
                 "sampled": sum(sum(right[i]) for i in idx) / (len(idx) * args.k),
                 f"pass@{args.k}_on_greedy_wrong": sum(any(right[i]) for i in wrong) / max(len(wrong), 1),
+                "flat_groups": sum(len(set(right[i])) == 1 for i in idx) / len(idx),
+                "flat_all_wrong": sum(not any(right[i]) for i in idx) / len(idx),
+                "flat_ranked_by_steps": (sum(len(set(first_wrong[i])) > 1 for i in idx if len(set(right[i])) == 1)
+                                         / max(sum(len(set(right[i])) == 1 for i in idx), 1)),
                 "error_mix": dict(Counter(greedy["rows"][i]["error_kind"] or "unknown" for i in wrong).most_common())}
 
     everything = list(range(len(rows)))
@@ -72,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
               "inverse": part([i for i in everything if "inverse" in kinds[i]]),
               "stale": part([i for i in everything if "stale" in kinds[i]]),
               "neither": part([i for i in everything if not kinds[i]])}
+    texts = [c.text for group in samples for c in group]
+    result["steps_per_sample"] = sum(len(split_steps(t).steps) for t in texts) / max(len(texts), 1)
+    result["tokens_per_sample"] = sum(len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts) / max(len(texts), 1)
     mix = result["error_mix"]
     result["misread_share_of_errors"] = (sum(v for k, v in mix.items() if k.startswith("misread"))
                                          / max(sum(mix.values()), 1))
