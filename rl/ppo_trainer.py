@@ -50,7 +50,7 @@ from rl.evaluation import compare_greedy_rows, greedy_eval
 from rl.hub import push_folder
 from rl.ppo_config import StepPPOConfig
 from rl.problem_hooks import WORLD_HOOKS, ProblemHooks
-from rl.rewards import WeightedReward, build_reward_funcs, call_reward_func, load_reward_func
+from rl.rewards import WeightedReward, build_reward_funcs, call_reward_func
 from rl.run_dir import CHECKPOINT_STATE, RunDir, prepare_run_dir
 from rl.step_rewards import (
     RunningMeanStd,
@@ -129,15 +129,8 @@ class StepPPOTrainer:
             raise ValueError("the policy tokenizer needs a pad token")
         self.verifier = verifier
         self.online_prms = online_prms(config, verifier)
-        user_funcs = [load_reward_func(spec) for spec in config.reward_funcs or []] + list(reward_funcs or [])
-        user_weights = None
-        if config.reward_weights is not None or reward_weights is not None:
-            user_weights = ([float(w) for w in config.reward_weights or [1.0] * len(config.reward_funcs or [])]
-                            + [float(w) for w in reward_weights or [1.0] * len(reward_funcs or [])])
-        if reward_funcs and M.ESTIMATORS[config.advantage_estimator].monte_carlo:
-            raise ValueError("--advantage_estimator mc_values values its continuations by the answer check alone: "
-                             "it cannot add reward functions")
-        self.reward_funcs: list[WeightedReward] = build_reward_funcs(config, verifier, user_funcs, user_weights)
+        self.reward_funcs: list[WeightedReward] = build_reward_funcs(config, verifier, reward_funcs or (),
+                                                                     reward_weights)
         """Every reward of the run (`rl.rewards`): --reward's, the format penalties, then the user's."""
         if not train_problems:
             raise ValueError("no training prompts")

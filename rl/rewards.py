@@ -26,6 +26,7 @@ that TRL's `GRPOTrainer` takes (`rl/grpo_peer.py` uses it).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -38,6 +39,7 @@ from typing import Any
 from reasoning.steps import answer_correct, has_answer
 from reasoning.types import Problem
 from reward_models.verifier import aggregate
+from rl.ppo_math import ESTIMATORS
 from rl.step_rewards import credited_steps, shape_step_rewards
 
 __all__ = [
@@ -83,7 +85,7 @@ REWARDS = {
 }
 
 
-def _problems(n: int, problems: Sequence[Problem] | None, answer: Sequence[str] | None) -> list[Problem]:
+def _problems(problems: Sequence[Problem] | None, answer: Sequence[str] | None) -> list[Problem]:
     if problems is not None:
         return list(problems)
     if answer is None:
@@ -96,7 +98,7 @@ def answer_check(prompts: Sequence[str], completions: Sequence[str], answer: Seq
     """1.0 where the completion states the gold answer, else 0.0 (`reasoning.steps.answer_correct`):
     the gold reward. Grades by the `problems` when given (answer kinds, options), else by the
     `answer` column, so TRL's `GRPOTrainer` can call it on a dataset with an `answer` column."""
-    return [float(answer_correct(c, p)) for c, p in zip(completions, _problems(len(completions), problems, answer))]
+    return [float(answer_correct(c, p)) for c, p in zip(completions, _problems(problems, answer))]
 
 
 answer_check.__name__ = "gold"
@@ -190,7 +192,8 @@ class WeightedReward:
 def build_reward_funcs(config, verifier, extra: Sequence[Callable] = (), extra_weights: Sequence[float] | None = None,
                        ) -> list[WeightedReward]:
     """The reward functions of a run: `config.reward` (REWARDS) read here and nowhere else, the
-    format penalties, then `extra` (a user's functions, weights `extra_weights`, default 1 each)."""
+    format penalties, the config's `--reward_funcs` (weights `--reward_weights`), then `extra` (a
+    caller's functions, weights `extra_weights`); a user function's weight defaults to 1."""
     mode = REWARDS[config.reward]
     funcs: list[WeightedReward] = []
     if mode.verifier:
@@ -202,26 +205,32 @@ def build_reward_funcs(config, verifier, extra: Sequence[Callable] = (), extra_w
                                                               config.reward_shaping),
                                         config.step_reward_weight, kind="verifier"))
     if mode.gold:
-        funcs.append(WeightedReward(answer_check, config.gold_reward_weight, name="gold", kind="gold"))
+        funcs.append(WeightedReward(answer_check, config.gold_reward_weight, kind="gold"))
     if config.missing_eos_penalty:
-        funcs.append(WeightedReward(missing_eos, config.missing_eos_penalty, name="missing_eos", kind="penalty"))
+        funcs.append(WeightedReward(missing_eos, config.missing_eos_penalty, kind="penalty"))
     if config.no_answer_penalty:
-        funcs.append(WeightedReward(no_answer, config.no_answer_penalty, name="no_answer", kind="penalty"))
+        funcs.append(WeightedReward(no_answer, config.no_answer_penalty, kind="penalty"))
+    specs = list(config.reward_funcs or [])
+    user = [(load_reward_func(spec), w) for spec, w in zip(specs, config.reward_weights or [1.0] * len(specs))]
     extra = list(extra)
     weights = [1.0] * len(extra) if extra_weights is None else [float(w) for w in extra_weights]
     if len(weights) != len(extra):
         raise ValueError(f"{len(extra)} reward functions but {len(weights)} reward weights")
-    for func, weight in zip(extra, weights):
+    if extra and ESTIMATORS[config.advantage_estimator].monte_carlo:
+        raise ValueError("--advantage_estimator mc_values values its continuations by the answer check alone: "
+                         "it cannot add reward functions")
+    for func, weight in [*user, *zip(extra, weights)]:
         if not callable(func):
             raise TypeError(f"a reward function must be callable, got {func!r}")
-        funcs.append(WeightedReward(func, weight))
+        funcs.append(WeightedReward(func, float(weight)))
     return funcs
 
 
+@functools.cache
 def load_reward_func(spec: str) -> Callable[..., list]:
     """`path/to/file.py:name`, `package.module:name` or `package.module.name` (TRL's grpo script
     form) to the function it names (a class is instantiated): the user's own reward, run as their
-    code. Errors name the spec."""
+    code. Errors name the spec. Loaded once per spec (the input checks and the trainer share it)."""
     where, sep, name = spec.rpartition(":")
     if not sep:  # TRL's grpo script form: a dotted path, package.module.function
         where, sep, name = spec.rpartition(".")
