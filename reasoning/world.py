@@ -417,9 +417,15 @@ def split_of(question: str) -> str:
 
 
 def world_config_of(policy_dir: str | Path | None) -> WorldConfig:
-    """The world a policy was trained on (`world_config.json` that `rl.sft` saves), else the default."""
+    """The world a policy was trained on (`world_config.json` that `rl.sft` saves), else the default.
+    A policy folder without that file (a model trained outside `rl.sft`) gets the default world with
+    a one-line note on stderr, since its problems may then differ from the ones it was taught on."""
     saved = Path(policy_dir) / "world_config.json" if policy_dir else None
     if saved is None or not saved.exists():
+        if saved is not None and saved.parent.is_dir():
+            print(f"note: {policy_dir} has no world_config.json (rl.sft writes it): world problems use the "
+                  f"world's defaults (inverse phrasings {WorldConfig().p_inverse}); copy the file of the world "
+                  "the policy was taught on into that folder to use it", file=sys.stderr)
         return WorldConfig()
     values = json.loads(saved.read_text())
     return WorldConfig(**{k: (tuple(v) if k == "ops" else v) for k, v in values.items()})

@@ -40,6 +40,18 @@ def _probe(run: Path, responses_per_update: int) -> list[tuple[int, float]]:
     return points
 
 
+def sampled_tokens(run: Path) -> float | None:
+    """Every token the run sampled (rollouts, and Monte Carlo continuations where the estimator draws
+    them): the sum of its updates' `rollout/tokens`; None for a run that does not log them."""
+    total, seen = 0.0, False
+    for line in RunDir(run).metrics.read_text().splitlines():
+        row = json.loads(line)
+        if "rollout/tokens" in row:
+            total += row["rollout/tokens"]
+            seen = True
+    return total if seen else None
+
+
 def against_first(first: dict[str, dict[str, float]], other: dict[str, dict[str, float]],
                   resamples: int) -> dict | None:
     """Greedy accuracy after training, `other` minus `first`, paired by (seed, problem) over the seeds
@@ -77,13 +89,15 @@ def main(argv: list[str] | None = None) -> int:
         groups[m.group(1) if m else run.name].append(run)
     result: dict[str, dict] = {}
     lines = ["| run | seeds | greedy before | greedy after (mean) | change per seed | mean change (min, max) | "
-             "pooled change [95% CI] | rollouts to +5 on the probe | s/update | after − first [95% CI] |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "pooled change [95% CI] | rollouts to +5 on the probe | s/update | training s per seed | "
+             "tokens sampled per seed (M) | after − first [95% CI] |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     curves = {}
     after_rows: dict[str, dict[str, dict[str, float]]] = {}  # name -> seed -> problem -> correct
     first = next(iter(groups))
     for name, runs in groups.items():
         changes, befores, afters, pooled_b, pooled_a, reach, speed, per_seed = [], [], [], [], [], [], [], []
+        seconds, tokens = [], []
         for run in sorted(runs):
             ev = json.loads(RunDir(run).eval.read_text())
             b, a = RunDir(run).correct("before"), RunDir(run).correct("after")
@@ -98,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
             pooled_b += x
             pooled_a += y
             speed.append(ev["train_seconds"] / ev["updates"])
+            seconds.append(ev["train_seconds"])
+            tokens.append(sampled_tokens(run))
             points = _probe(run, ev["responses_per_update"])
             curves.setdefault(name, []).append(points)
             start = points[0][1] if points else None
@@ -109,11 +125,14 @@ def main(argv: list[str] | None = None) -> int:
         versus = against_first(after_rows[first], after_rows[name], args.resamples) if name != first else None
         result[name] = {"seeds": len(runs), "changes": changes, "mean_change": mean, "pooled": pooled,
                         "before": befores, "after": afters, "rollouts_to_target": reach,
-                        "seconds_per_update": sum(speed) / len(speed), "after_minus_first": versus}
+                        "seconds_per_update": sum(speed) / len(speed), "train_seconds": seconds,
+                        "tokens_sampled": tokens, "after_minus_first": versus}
+        token_cell = ", ".join("—" if t is None else f"{t / 1e6:.2f}" for t in tokens)
         lines.append(f"| {name} | {len(runs)} | {sum(befores) / len(befores):.3f} | {sum(afters) / len(afters):.3f} | "
                      f"{'; '.join(per_seed)} | {mean:+.3f} ({min(changes):+.3f}, {max(changes):+.3f}) | "
                      f"{pooled['diff']:+.3f} [{pooled['ci_low']:+.3f}, {pooled['ci_high']:+.3f}] | {reached} | "
-                     f"{sum(speed) / len(speed):.1f} | {_versus_cell(versus)} |")
+                     f"{sum(speed) / len(speed):.1f} | {', '.join(f'{x:,.0f}' for x in seconds)} | {token_cell} | "
+                     f"{_versus_cell(versus)} |")
     table = "\n".join(lines)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

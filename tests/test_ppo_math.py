@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -376,6 +377,21 @@ def test_rl_comparison_pairs_runs_by_seed_and_problem():
     assert got["seeds"] == ["0"]  # seed 1 and seed 2 are not shared
     assert abs(got["diff"] - 2 / 3) < 1e-9 and got["ci_low"] <= got["diff"] <= got["ci_high"]
     assert against_first(first, {"7": {"a": 1.0}}, resamples=200) is None
+
+
+def test_rl_comparison_sums_every_sampled_token_of_a_run(tmp_path):
+    """The tokens column adds each update's `rollout/tokens` (rollouts and Monte Carlo continuations),
+    skips probe rows, and is None for a run that never logged them (TRL's peer)."""
+    from scripts.rl_comparison import sampled_tokens
+
+    run = tmp_path / "mc_s0"
+    run.mkdir()
+    rows = [{"update": 0, "probe/greedy_accuracy": 0.4}, {"update": 1, "rollout/tokens": 1200.0},
+            {"update": 2, "rollout/tokens": 800.5}, {"update": 2, "probe/greedy_accuracy": 0.5}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert sampled_tokens(run) == pytest.approx(2000.5)
+    (run / "metrics.jsonl").write_text(json.dumps({"update": 1, "loss": 0.1}) + "\n")
+    assert sampled_tokens(run) is None
 
 
 def test_group_advantages_mark_the_rows_of_groups_without_signal():

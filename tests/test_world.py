@@ -174,7 +174,7 @@ def test_cli_rejects_bad_knobs(tmp_path):
     assert proc.returncode == 2 and "max_steps" in proc.stderr
 
 
-def test_world_config_of_reads_what_sft_saves(tmp_path):
+def test_world_config_of_reads_what_sft_saves(tmp_path, capsys):
     from dataclasses import asdict
 
     cfg = w.WorldConfig(max_steps=5, ops=("add", "sub"), n_names=12)
@@ -182,6 +182,16 @@ def test_world_config_of_reads_what_sft_saves(tmp_path):
     assert w.world_config_of(tmp_path) == cfg
     assert w.world_config_of(tmp_path / "missing") == w.WorldConfig()
     assert w.world_config_of(None) == w.WorldConfig()
+    assert capsys.readouterr().err == ""  # a saved world, no folder or no policy: nothing to say
+
+
+def test_a_policy_folder_without_its_world_is_named_when_the_default_world_stands_in(tmp_path, capsys):
+    """A model trained outside rl.sft has no world_config.json: the default world is used, and said."""
+    (tmp_path / "policy").mkdir()
+    assert w.world_config_of(tmp_path / "policy") == w.WorldConfig()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(tmp_path / "policy") in err and "world_config.json" in err
+    assert f"inverse phrasings {w.WorldConfig().p_inverse}" in err
 
 
 # ---------------------------------------------------------------------------------------------
