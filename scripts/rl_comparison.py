@@ -8,7 +8,7 @@ A run folder is `NAME_sSEED` (the name groups seeds) written by `rl/ppo_step.py`
 `rl/grpo_peer.py`: `eval.json`, `eval_before_rows.jsonl`, `eval_after_rows.jsonl` and
 `metrics.jsonl` with probe rows (`probe/greedy_accuracy` every few updates). Writes OUT.md (the
 table), OUT.json and OUT.png (probe greedy accuracy against rollouts: the mean over seeds, the
-band from the lowest to the highest seed) and prints the table. Per run: the greedy change on the
+band from the lowest to the highest seed; beside it the same means against training seconds) and prints the table. Per run: the greedy change on the
 test problems with its paired 95% interval; per name: the mean change over seeds, its spread, the
 pooled interval (all seeds' rows paired by problem), the rollouts at which the probe first stood 5
 points above its start, seconds per update, and the difference in greedy accuracy after training
@@ -30,13 +30,14 @@ from reasoning.stats import paired_bootstrap_diff  # noqa: E402
 from rl.run_dir import RunDir  # noqa: E402
 
 
-def _probe(run: Path, responses_per_update: int) -> list[tuple[int, float]]:
+def _probe(run: Path, responses_per_update: int) -> list[tuple[int, float, float | None]]:
+    """(rollouts, probe greedy accuracy, training seconds so far or None) at every probe row."""
     points = []
     for line in RunDir(run).metrics.read_text().splitlines():
         row = json.loads(line)
         if "probe/greedy_accuracy" in row:
             rollouts = row.get("rollouts", row["update"] * responses_per_update)
-            points.append((rollouts, row["probe/greedy_accuracy"]))
+            points.append((rollouts, row["probe/greedy_accuracy"], row.get("elapsed")))
     return points
 
 
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             points = _probe(run, ev["responses_per_update"])
             curves.setdefault(name, []).append(points)
             start = points[0][1] if points else None
-            hit = next((r for r, acc in points if start is not None and acc - start >= args.target - 1e-9), None)
+            hit = next((r for r, acc, _ in points if start is not None and acc - start >= args.target - 1e-9), None)
             reach.append(hit)
         pooled = paired_bootstrap_diff(pooled_b, pooled_a, resamples=args.resamples)
         mean = sum(changes) / len(changes)
@@ -143,20 +144,30 @@ def main(argv: list[str] | None = None) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    # left: at equal rollouts; right: at equal wall time (each probe point at its mean training seconds
+    # over the seeds), where an estimator that samples more per update pays for it
+    fig, (ax, ax_time) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
     styles = ("-", "--", ":", "-.")  # a new line style after every 10 colours, so no two curves look alike
     for k, (name, runs) in enumerate(curves.items()):
-        xs = sorted({r for points in runs for r, _ in points if all(r in dict(p) for p in runs)})
+        xs = sorted({r for points in runs for r, _, _ in points if all(r in {q[0] for q in p} for p in runs)})
         if not xs:
             continue
-        values = [[dict(points)[x] for points in runs] for x in xs]
+        at = [{r: (acc, sec) for r, acc, sec in points} for points in runs]
+        values = [[seed[x][0] for seed in at] for x in xs]
         mean = [sum(v) / len(v) for v in values]
-        line, = ax.plot(xs, mean, marker="o", markersize=3, linestyle=styles[(k // 10) % len(styles)],
-                        color=f"C{k % 10}", label=f"{name} ({len(runs)} seeds)")
+        style = dict(marker="o", markersize=3, linestyle=styles[(k // 10) % len(styles)], color=f"C{k % 10}",
+                     label=f"{name} ({len(runs)} seeds)")
+        line, = ax.plot(xs, mean, **style)
         ax.fill_between(xs, [min(v) for v in values], [max(v) for v in values], alpha=0.15, color=line.get_color())
+        timed = [(sum(seed[x][1] for seed in at) / len(at), m) for x, m in zip(xs, mean)
+                 if all(seed[x][1] is not None for seed in at)]
+        if timed:
+            ax_time.plot([t for t, _ in timed], [m for _, m in timed], **style)
     ax.set_xlabel("rollouts (responses sampled)")
     ax.set_ylabel("greedy accuracy on the probe problems")
-    ax.grid(alpha=0.3)
+    ax_time.set_xlabel("training seconds (mean over seeds)")
+    for a in (ax, ax_time):
+        a.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out.with_suffix(".png"), dpi=120)

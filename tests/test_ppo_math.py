@@ -394,6 +394,39 @@ def test_rl_comparison_sums_every_sampled_token_of_a_run(tmp_path):
     assert sampled_tokens(run) is None
 
 
+def test_rl_comparison_table_and_plot_from_run_folders(tmp_path, capsys):
+    """Two names over two seeds: the table has each seed's training seconds and sampled tokens (a
+    dash for a run that logs none), and the plot is written with its equal-time panel."""
+    from scripts.rl_comparison import main as comparison
+
+    def run(name, seed, after, seconds, tokens):
+        d = tmp_path / f"{name}_s{seed}"
+        d.mkdir()
+        before = [1, 0, 0, 1]
+        for which, correct in (("before", before), ("after", after)):
+            (d / f"eval_{which}_rows.jsonl").write_text(
+                "".join(json.dumps({"id": f"p{i}", "correct": c}) + "\n" for i, c in enumerate(correct)))
+        (d / "eval.json").write_text(json.dumps({"train_seconds": seconds, "updates": 2, "responses_per_update": 8}))
+        rows = [{"update": 0, "rollouts": 0, "elapsed": 0.0, "probe/greedy_accuracy": 0.5}]
+        rows += [{"update": u, **({"rollout/tokens": tokens} if tokens else {})} for u in (1, 2)]
+        rows += [{"update": 2, "rollouts": 16, "elapsed": seconds, "probe/greedy_accuracy": 0.75}]
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return str(d)
+
+    runs = [run("gold", 0, [1, 1, 0, 1], 10.0, 100.0), run("gold", 1, [1, 0, 1, 1], 12.0, 100.0),
+            run("peer", 0, [1, 1, 1, 1], 30.0, None), run("peer", 1, [1, 1, 1, 0], 34.0, None)]
+    assert comparison(runs + ["--out", str(tmp_path / "cmp"), "--resamples", "50"]) == 0
+    table = (tmp_path / "cmp.md").read_text().splitlines()
+    gold = next(line for line in table if line.startswith("| gold |"))
+    peer = next(line for line in table if line.startswith("| peer |"))
+    assert "| 10, 12 | 0.00, 0.00 |" in gold  # 200 tokens per seed, in millions
+    assert "| 30, 34 | —, — |" in peer
+    assert (tmp_path / "cmp.png").stat().st_size > 0
+    result = json.loads((tmp_path / "cmp.json").read_text())
+    assert result["gold"]["tokens_sampled"] == [200.0, 200.0] and result["peer"]["train_seconds"] == [30.0, 34.0]
+    assert result["gold"]["mean_change"] == pytest.approx(0.25)
+
+
 def test_group_advantages_mark_the_rows_of_groups_without_signal():
     """Three groups of two samples over three tokens: rewards that differ (signal), equal step rewards
     placed at different tokens (flat: the same multiset), and a group with a single marked reward
