@@ -827,8 +827,11 @@ class StepPPOTrainer:
         elif probing:
             first = {"update": 0, **self.probe()}
             with metrics_path.open("a") as fh:
-                fh.write(json.dumps(first) + "\n")
+                fh.write(json.dumps({**first, "elapsed": self.seconds_before}) + "\n")
         self.accelerator.wait_for_everyone()
+        # the clock counts training (the updates and their probes) from here, as TRL's trainer.train()
+        # does for the GRPO peer: the greedy evaluation before training and the first probe are not in it
+        self.segment_start = time.time()
         from tqdm.auto import tqdm
 
         bar = tqdm(total=args.num_updates, initial=self.update, desc="ppo",

@@ -334,6 +334,8 @@ def test_ppo_step_writes_metrics_eval_and_checkpoints(models, tmp_path, reward):
     for line in lines:  # the learning curve: the probe at the start and every update (probe_every 1)
         assert 0 <= line["probe/greedy_accuracy"] <= 1
     assert all(0 <= m["rollout/same_reward_groups"] <= 1 for m in lines[1:])
+    # the training clock starts after the evaluation before training, at the first probe's row
+    assert lines[0]["elapsed"] == 0.0 and 0 < lines[1]["elapsed"] <= lines[2]["elapsed"]
     result = json.loads((out / "eval.json").read_text())
     for key in ("greedy_accuracy_before", "greedy_accuracy_after", "n", "improvement_ci_low", "improvement_ci_high"):
         assert key in result
