@@ -29,6 +29,16 @@ def one_thread_unless_told() -> None:
         torch.set_num_threads(1)
 
 
+def threads_for_baseline(num_threads: int) -> None:
+    """A baseline run's torch threads (rl.grpo_peer, rl.rft): `--num_threads N` sets N, as for a PPO
+    run beside it; 0 keeps one thread unless OMP_NUM_THREADS says how many."""
+    one_thread_unless_told()
+    if num_threads > 0:
+        import torch
+
+        torch.set_num_threads(num_threads)
+
+
 @contextlib.contextmanager
 def torch_threads(n: int):
     """`n` torch threads inside the block (OMP_NUM_THREADS too, for mains called there); restored after."""

@@ -32,7 +32,7 @@ if __package__ in (None, ""):
 
 from reasoning.jsonl import write_jsonl  # noqa: E402
 from reasoning.prompts import solve_prompt  # noqa: E402
-from reasoning.threads import one_thread_unless_told  # noqa: E402
+from reasoning.threads import threads_for_baseline  # noqa: E402
 from reasoning.types import Problem  # noqa: E402
 from rl.ppo_config import ConfigError, StepPPOConfig, parse_with_ppo_settings  # noqa: E402
 from rl.rewards import answer_check  # noqa: E402
@@ -42,7 +42,7 @@ from rl.run_dir import RunDir  # noqa: E402
 USES = frozenset({
     "model_name_or_path", "output_dir", "max_steps", "prompts_per_update", "num_generations", "num_mini_batches",
     "num_iterations", "learning_rate", "beta", "epsilon", "temperature", "max_completion_length", "n_prompts",
-    "n_eval", "n_probe", "probe_every", "world_seed", "seed", "bootstrap_resamples",
+    "n_eval", "n_probe", "probe_every", "world_seed", "seed", "bootstrap_resamples", "num_threads",
 })
 
 
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    one_thread_unless_told()
+    threads_for_baseline(args.num_threads)
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, set_seed

@@ -31,14 +31,14 @@ if __package__ in (None, ""):
 from reasoning.jsonl import write_jsonl  # noqa: E402
 from reasoning.prompts import solve_prompt  # noqa: E402
 from reasoning.steps import answer_correct, has_answer, split_steps  # noqa: E402
-from reasoning.threads import one_thread_unless_told  # noqa: E402
+from reasoning.threads import threads_for_baseline  # noqa: E402
 from rl.ppo_config import ConfigError, StepPPOConfig, parse_with_ppo_settings  # noqa: E402
 from rl.run_dir import RunDir  # noqa: E402
 
 # The PPO settings RFT shares with a PPO run (the rest of StepPPOConfig is refused).
 USES = frozenset({
     "model_name_or_path", "output_dir", "n_prompts", "max_steps", "prompts_per_update", "num_generations",
-    "temperature", "max_completion_length", "verifier", "learning_rate", "n_eval", "world_seed", "seed",
+    "temperature", "max_completion_length", "verifier", "learning_rate", "n_eval", "world_seed", "seed", "num_threads",
     "bootstrap_resamples",
 })
 # Shared settings whose RFT default is its own: one supervised epoch on the kept samples takes a
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    one_thread_unless_told()
+    threads_for_baseline(args.num_threads)
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed

@@ -75,6 +75,28 @@ def test_baselines_need_their_output_folder_and_a_policy(name, tmp_path, capsys)
 
 
 @pytest.mark.parametrize("name", sorted(BASELINES))
+def test_baselines_take_the_ppo_runs_thread_count(name, tmp_path, monkeypatch):
+    """--num_threads N sets a baseline's torch threads as it does a PPO run's beside it; 0 leaves one
+    thread unless OMP_NUM_THREADS says more."""
+    import torch
+
+    from reasoning.threads import threads_for_baseline
+
+    args, _ = BASELINES[name].parse(["--model_name_or_path", _policy(tmp_path), "--output_dir",
+                                     str(tmp_path / "out"), "--num_threads", "2"])
+    assert args.num_threads == 2
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        threads_for_baseline(args.num_threads)
+        assert torch.get_num_threads() == 2
+        threads_for_baseline(0)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("name", sorted(BASELINES))
 def test_baselines_take_the_earlier_flag_names_as_the_ppo_run_does(name, tmp_path, capsys):
     args, _ = BASELINES[name].parse(["--policy", _policy(tmp_path), "--output_dir", str(tmp_path / "out"),
                                      "--num_updates", "3", "--samples_per_prompt", "4",
