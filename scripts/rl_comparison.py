@@ -8,11 +8,13 @@ A run folder is `NAME_sSEED` (the name groups seeds) written by `rl/ppo_step.py`
 `rl/grpo_peer.py`: `eval.json`, `eval_before_rows.jsonl`, `eval_after_rows.jsonl` and
 `metrics.jsonl` with probe rows (`probe/greedy_accuracy` every few updates). Writes OUT.md (the
 table), OUT.json and OUT.png (probe greedy accuracy against rollouts: the mean over seeds, the
-band from the lowest to the highest seed; beside it the same means against training seconds) and prints the table. Per run: the greedy change on the
-test problems with its paired 95% interval; per name: the mean change over seeds, its spread, the
-pooled interval (all seeds' rows paired by problem), the rollouts at which the probe first stood 5
-points above its start, seconds per update, and the difference in greedy accuracy after training
-against the first name on the command line, paired by seed and problem over the seeds both have.
+band from the lowest to the highest seed; beside it the same means against training seconds) and
+prints the table. Per run: the greedy change on the test problems with its paired 95% interval; per
+name: the mean change over seeds, its spread, the pooled interval (all seeds' rows paired by
+problem), the rollouts at which the probe first stood 5 points above its start, seconds per update,
+each seed's training seconds and sampled tokens (rollouts and Monte Carlo continuations), and the
+difference in greedy accuracy after training against the first name on the command line, paired by
+seed and problem over the seeds both have.
 """
 
 from __future__ import annotations
@@ -30,27 +32,21 @@ from reasoning.stats import paired_bootstrap_diff  # noqa: E402
 from rl.run_dir import RunDir  # noqa: E402
 
 
-def _probe(run: Path, responses_per_update: int) -> list[tuple[int, float, float | None]]:
+def _metric_rows(run: Path) -> list[dict]:
+    return [json.loads(line) for line in RunDir(run).metrics.read_text().splitlines()]
+
+
+def _probe(rows: list[dict], responses_per_update: int) -> list[tuple[int, float, float | None]]:
     """(rollouts, probe greedy accuracy, training seconds so far or None) at every probe row."""
-    points = []
-    for line in RunDir(run).metrics.read_text().splitlines():
-        row = json.loads(line)
-        if "probe/greedy_accuracy" in row:
-            rollouts = row.get("rollouts", row["update"] * responses_per_update)
-            points.append((rollouts, row["probe/greedy_accuracy"], row.get("elapsed")))
-    return points
+    return [(row.get("rollouts", row["update"] * responses_per_update), row["probe/greedy_accuracy"],
+             row.get("elapsed")) for row in rows if "probe/greedy_accuracy" in row]
 
 
-def sampled_tokens(run: Path) -> float | None:
-    """Every token the run sampled (rollouts, and Monte Carlo continuations where the estimator draws
+def sampled_tokens(rows: list[dict]) -> float | None:
+    """Every token a run sampled (rollouts, and Monte Carlo continuations where the estimator draws
     them): the sum of its updates' `rollout/tokens`; None for a run that does not log them."""
-    total, seen = 0.0, False
-    for line in RunDir(run).metrics.read_text().splitlines():
-        row = json.loads(line)
-        if "rollout/tokens" in row:
-            total += row["rollout/tokens"]
-            seen = True
-    return total if seen else None
+    counts = [row["rollout/tokens"] for row in rows if "rollout/tokens" in row]
+    return sum(counts) if counts else None
 
 
 def against_first(first: dict[str, dict[str, float]], other: dict[str, dict[str, float]],
@@ -114,8 +110,9 @@ def main(argv: list[str] | None = None) -> int:
             pooled_a += y
             speed.append(ev["train_seconds"] / ev["updates"])
             seconds.append(ev["train_seconds"])
-            tokens.append(sampled_tokens(run))
-            points = _probe(run, ev["responses_per_update"])
+            rows = _metric_rows(run)
+            tokens.append(sampled_tokens(rows))
+            points = _probe(rows, ev["responses_per_update"])
             curves.setdefault(name, []).append(points)
             start = points[0][1] if points else None
             hit = next((r for r, acc, _ in points if start is not None and acc - start >= args.target - 1e-9), None)
@@ -149,10 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     fig, (ax, ax_time) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
     styles = ("-", "--", ":", "-.")  # a new line style after every 10 colours, so no two curves look alike
     for k, (name, runs) in enumerate(curves.items()):
-        xs = sorted({r for points in runs for r, _, _ in points if all(r in {q[0] for q in p} for p in runs)})
+        at = [{r: (acc, sec) for r, acc, sec in points} for points in runs]
+        xs = sorted(set.intersection(*(set(seed) for seed in at)))  # the probe points every seed has
         if not xs:
             continue
-        at = [{r: (acc, sec) for r, acc, sec in points} for points in runs]
         values = [[seed[x][0] for seed in at] for x in xs]
         mean = [sum(v) / len(v) for v in values]
         style = dict(marker="o", markersize=3, linestyle=styles[(k // 10) % len(styles)], color=f"C{k % 10}",

@@ -382,16 +382,16 @@ def test_rl_comparison_pairs_runs_by_seed_and_problem():
 def test_rl_comparison_sums_every_sampled_token_of_a_run(tmp_path):
     """The tokens column adds each update's `rollout/tokens` (rollouts and Monte Carlo continuations),
     skips probe rows, and is None for a run that never logged them (TRL's peer)."""
-    from scripts.rl_comparison import sampled_tokens
+    from scripts.rl_comparison import _metric_rows, sampled_tokens
 
     run = tmp_path / "mc_s0"
     run.mkdir()
     rows = [{"update": 0, "probe/greedy_accuracy": 0.4}, {"update": 1, "rollout/tokens": 1200.0},
             {"update": 2, "rollout/tokens": 800.5}, {"update": 2, "probe/greedy_accuracy": 0.5}]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert sampled_tokens(run) == pytest.approx(2000.5)
+    assert sampled_tokens(_metric_rows(run)) == pytest.approx(2000.5)
     (run / "metrics.jsonl").write_text(json.dumps({"update": 1, "loss": 0.1}) + "\n")
-    assert sampled_tokens(run) is None
+    assert sampled_tokens(_metric_rows(run)) is None
 
 
 def test_rl_comparison_table_and_plot_from_run_folders(tmp_path, capsys):
