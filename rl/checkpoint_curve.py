@@ -8,7 +8,9 @@ flags given here override them, and a run from before run_config.json takes the 
 weights of each `checkpoint-N` (the last one is the final policy) and decodes the evaluation
 problems greedily. Each point gets its paired-bootstrap change against the run's
 `eval_before_rows.jsonl` (the SFT policy on the same problems; evaluated here when the file is
-absent). Prints a markdown table and writes OUTPUT_DIR/checkpoint_curve.json.
+absent). Prints a markdown table and writes OUTPUT_DIR/checkpoint_curve.json, and each checkpoint's
+rows as OUTPUT_DIR/checkpoint_rows/update-N.jsonl, which `scripts/rl_comparison.py RUN@N` reads to
+compare runs of different lengths at the same update.
 
 Checkpoints written by DeepSpeed (no `model.safetensors`) are reported and skipped.
 """
@@ -126,7 +128,11 @@ def main(argv: list[str] | None = None) -> int:
             skipped.append({"update": update, "reason": str(err)})
             print(f"skipped checkpoint-{update}: {err}", file=sys.stderr)
             continue
-        c = compare_greedy_rows(before_rows, evaluate(), args.bootstrap_resamples, args.seed)
+        rows = evaluate()
+        kept = RunDir(out).update_rows(update)
+        kept.parent.mkdir(exist_ok=True)
+        kept.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        c = compare_greedy_rows(before_rows, rows, args.bootstrap_resamples, args.seed)
         curve.append({"update": update, "greedy_accuracy": c["greedy_accuracy_after"], "change": c["improvement"],
                       "ci_low": c["improvement_ci_low"], "ci_high": c["improvement_ci_high"]})
         print(f"checkpoint-{update}: {c['greedy_accuracy_after']:.3f}", file=sys.stderr)

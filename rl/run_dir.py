@@ -50,6 +50,8 @@ class RunDir:
     eval = _File("eval.json", "The result: greedy accuracy before and after, with its paired interval.")
     before_rows = _File("eval_before_rows.jsonl", "The greedy evaluation's rows before training.")
     after_rows = _File("eval_after_rows.jsonl", "The greedy evaluation's rows after training.")
+    checkpoint_rows = _File("checkpoint_rows", "The greedy evaluation's rows of each checkpoint, update-N.jsonl "
+                                               "(rl.checkpoint_curve).")
     policy = _File("policy", "The trained policy (save_pretrained).")
     critic = _File("critic", "The trained critic (estimator gae).")
     implicit_prm = _File("implicit_prm", "The implicit PRM trained online (--verifier_online_update); more: _1, _2, ...")
@@ -71,6 +73,15 @@ class RunDir:
     def correct(self, which: str) -> dict[str, float]:
         """1.0 or 0.0 by problem id: the greedy answer's correctness before or after training."""
         return {i: float(r["correct"]) for i, r in self.greedy_rows(which).items()}
+
+    def update_rows(self, update: int) -> Path:
+        """Where rl.checkpoint_curve keeps the greedy evaluation's rows of `checkpoint-{update}`."""
+        return self.checkpoint_rows / f"update-{update}.jsonl"
+
+    def correct_at(self, update: int) -> dict[str, float]:
+        """1.0 or 0.0 by problem id at `checkpoint-{update}` (rl.checkpoint_curve's rows); ValueError
+        when that checkpoint was not evaluated."""
+        return {i: float(r["correct"]) for i, r in rows_by_id(self.update_rows(update)).items()}
 
 
 MAY_DIFFER_ON_RESUME = frozenset({

@@ -12,9 +12,15 @@ band from the lowest to the highest seed; beside it the same means against train
 prints the table. Per run: the greedy change on the test problems with its paired 95% interval; per
 name: the mean change over seeds, its spread, the pooled interval (all seeds' rows paired by
 problem), the rollouts at which the probe first stood 5 points above its start, seconds per update,
-each seed's training seconds and sampled tokens (rollouts and Monte Carlo continuations), and the
+each seed's training seconds and sampled tokens (rollouts and Monte Carlo continuations), whether
+each seed held (not hacked: the probe never more than 2 points below its start, steps per response
+at the last ten updates within 20% of the first update's), and the
 difference in greedy accuracy after training against the first name on the command line, paired by
 seed and problem over the seeds both have.
+
+A run argument `NAME_sSEED@N` stands for that run at its checkpoint N (its greedy rows written by
+`python -m rl.checkpoint_curve --output_dir RUN`; its seconds, tokens and probe up to update N) and
+is grouped as `NAME@N`: runs of different lengths compared at the same update.
 """
 
 from __future__ import annotations
@@ -49,6 +55,52 @@ def sampled_tokens(rows: list[dict]) -> float | None:
     return sum(counts) if counts else None
 
 
+HELD_PROBE_DROP = 0.02
+HELD_STEPS_CHANGE = 0.20
+
+
+def held(rows: list[dict], last: int = 10) -> dict:
+    """Was the run's reward hacked? The probe's start and lowest greedy accuracy, and steps per
+    response at the first update and over the last `last` updates; `held` is True when the probe never
+    fell more than 2 points below its start and steps per response stayed within 20% of the start
+    (None when the run logs neither: a TRL baseline logs no steps)."""
+    probe = [row["probe/greedy_accuracy"] for row in rows if "probe/greedy_accuracy" in row]
+    steps = [row["rollout/steps_per_response"] for row in rows if "rollout/steps_per_response" in row]
+    out = {"probe_start": probe[0] if probe else None, "probe_lowest": min(probe) if probe else None,
+           "steps_first": steps[0] if steps else None,
+           "steps_last": sum(steps[-last:]) / len(steps[-last:]) if steps else None}
+    if not probe or not steps:
+        out["held"] = None
+    else:
+        out["held"] = (out["probe_lowest"] >= out["probe_start"] - HELD_PROBE_DROP - 1e-9
+                       and abs(out["steps_last"] / out["steps_first"] - 1) <= HELD_STEPS_CHANGE + 1e-9)
+    return out
+
+
+def _held_cell(checks: list[dict]) -> str:
+    def one(c: dict) -> str:
+        if c["held"] is None:
+            return "—"
+        return (f"{'yes' if c['held'] else 'NO'} ({c['probe_lowest'] - c['probe_start']:+.2f}, "
+                f"{c['steps_first']:.2f}→{c['steps_last']:.2f})")
+    return "; ".join(one(c) for c in checks)
+
+
+def run_and_update(arg: str) -> tuple[Path, int | None]:
+    """A run argument: `RUN` (the run as it ended) or `RUN@N` (the run at its checkpoint N)."""
+    m = re.fullmatch(r"(.+)@(\d+)", arg)
+    return (Path(m.group(1)), int(m.group(2))) if m else (Path(arg), None)
+
+
+def seconds_at(rows: list[dict], update: int, run: Path) -> float:
+    """Training seconds when update `update` ended: its metrics row's `elapsed`; ValueError when the
+    run logged none (a TRL baseline's metrics)."""
+    for row in rows:
+        if row.get("update") == update and "elapsed" in row and "probe/greedy_accuracy" not in row:
+            return float(row["elapsed"])
+    raise ValueError(f"{run}: no training seconds logged at update {update}")
+
+
 def against_first(first: dict[str, dict[str, float]], other: dict[str, dict[str, float]],
                   resamples: int) -> dict | None:
     """Greedy accuracy after training, `other` minus `first`, paired by (seed, problem) over the seeds
@@ -77,27 +129,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", type=float, default=0.05, help="the probe gain whose rollouts are reported")
     parser.add_argument("--resamples", type=int, default=2000)
     args = parser.parse_args(argv)
-    groups: dict[str, list[Path]] = defaultdict(list)
-    for run in map(Path, args.runs):
+    groups: dict[str, list[tuple[Path, int | None]]] = defaultdict(list)
+    for arg in args.runs:
+        run, at = run_and_update(arg)
         if not RunDir(run).eval.exists():
             print(f"error: {run}: no {RunDir.eval} (not a finished run)", file=sys.stderr)
             return 2
+        if at is not None and not RunDir(run).update_rows(at).exists():
+            print(f"error: {arg}: no {RunDir(run).update_rows(at)}; evaluate the run's checkpoints first: "
+                  f"python -m rl.checkpoint_curve --output_dir {run}", file=sys.stderr)
+            return 2
         m = re.fullmatch(r"(.+)_s(\d+)", run.name)
-        groups[m.group(1) if m else run.name].append(run)
+        groups[(m.group(1) if m else run.name) + ("" if at is None else f"@{at}")].append((run, at))
     result: dict[str, dict] = {}
     lines = ["| run | seeds | greedy before | greedy after (mean) | change per seed | mean change (min, max) | "
              "pooled change [95% CI] | rollouts to +5 on the probe | s/update | training s per seed | "
-             "tokens sampled per seed (M) | after − first [95% CI] |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "tokens sampled per seed (M) | held per seed (probe lowest − start, steps first→last) | "
+             "after − first [95% CI] |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     curves = {}
     after_rows: dict[str, dict[str, dict[str, float]]] = {}  # name -> seed -> problem -> correct
     first = next(iter(groups))
     for name, runs in groups.items():
         changes, befores, afters, pooled_b, pooled_a, reach, speed, per_seed = [], [], [], [], [], [], [], []
-        seconds, tokens = [], []
-        for run in sorted(runs):
+        seconds, tokens, checks = [], [], []
+        for run, at in sorted(runs):
             ev = json.loads(RunDir(run).eval.read_text())
-            b, a = RunDir(run).correct("before"), RunDir(run).correct("after")
+            rows = _metric_rows(run)
+            if at is not None:  # the run as it stood at checkpoint `at`: its rows, updates, seconds and tokens
+                rows = [row for row in rows if row.get("update", 0) <= at]
+                try:
+                    ev = {**ev, "updates": at, "train_seconds": seconds_at(rows, at, run)}
+                except ValueError as err:
+                    print(f"error: {err}", file=sys.stderr)
+                    return 2
+            b = RunDir(run).correct("before")
+            a = RunDir(run).correct("after") if at is None else RunDir(run).correct_at(at)
             after_rows.setdefault(name, {})[run.name.rpartition("_s")[2]] = a
             ids = sorted(set(b) & set(a))
             x, y = [b[i] for i in ids], [a[i] for i in ids]
@@ -110,13 +177,13 @@ def main(argv: list[str] | None = None) -> int:
             pooled_a += y
             speed.append(ev["train_seconds"] / ev["updates"])
             seconds.append(ev["train_seconds"])
-            rows = _metric_rows(run)
             tokens.append(sampled_tokens(rows))
             points = _probe(rows, ev["responses_per_update"])
             curves.setdefault(name, []).append(points)
             start = points[0][1] if points else None
             hit = next((r for r, acc, _ in points if start is not None and acc - start >= args.target - 1e-9), None)
             reach.append(hit)
+            checks.append(held(rows))
         pooled = paired_bootstrap_diff(pooled_b, pooled_a, resamples=args.resamples)
         mean = sum(changes) / len(changes)
         reached = ", ".join("—" if r is None else str(r) for r in reach)
@@ -124,13 +191,13 @@ def main(argv: list[str] | None = None) -> int:
         result[name] = {"seeds": len(runs), "changes": changes, "mean_change": mean, "pooled": pooled,
                         "before": befores, "after": afters, "rollouts_to_target": reach,
                         "seconds_per_update": sum(speed) / len(speed), "train_seconds": seconds,
-                        "tokens_sampled": tokens, "after_minus_first": versus}
+                        "tokens_sampled": tokens, "held": checks, "after_minus_first": versus}
         token_cell = ", ".join("—" if t is None else f"{t / 1e6:.2f}" for t in tokens)
         lines.append(f"| {name} | {len(runs)} | {sum(befores) / len(befores):.3f} | {sum(afters) / len(afters):.3f} | "
                      f"{'; '.join(per_seed)} | {mean:+.3f} ({min(changes):+.3f}, {max(changes):+.3f}) | "
                      f"{pooled['diff']:+.3f} [{pooled['ci_low']:+.3f}, {pooled['ci_high']:+.3f}] | {reached} | "
                      f"{sum(speed) / len(speed):.1f} | {', '.join(f'{x:,.0f}' for x in seconds)} | {token_cell} | "
-                     f"{_versus_cell(versus)} |")
+                     f"{_held_cell(checks)} | {_versus_cell(versus)} |")
     table = "\n".join(lines)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -364,6 +364,9 @@ def test_checkpoint_curve_evaluates_every_checkpoint(models, tmp_path, capsys):
     table = capsys.readouterr().out
     curve = json.loads((out / "checkpoint_curve.json").read_text())
     assert [c["update"] for c in curve["curve"]] == [1, 2] and curve["n"] == 6
+    # each checkpoint's rows are kept for `rl_comparison RUN@N`; the last is the final evaluation
+    from rl.run_dir import RunDir
+    assert RunDir(out).correct_at(2) == RunDir(out).correct("after") and len(RunDir(out).correct_at(1)) == 6
     assert [s["update"] for s in curve["skipped"]] == [9] and "model.safetensors" in curve["skipped"][0]["reason"]
     result = json.loads((out / "eval.json").read_text())
     assert curve["curve"][-1]["greedy_accuracy"] == pytest.approx(result["greedy_accuracy_after"])

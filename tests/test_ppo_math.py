@@ -427,6 +427,65 @@ def test_rl_comparison_table_and_plot_from_run_folders(tmp_path, capsys):
     assert result["gold"]["mean_change"] == pytest.approx(0.25)
 
 
+def test_rl_comparison_says_whether_each_run_held():
+    """The issue's rule for a reward that was not hacked: the probe never more than 2 points below
+    its start and steps per response (mean of the last ten updates) within 20% of the first update's."""
+    from scripts.rl_comparison import _held_cell, held
+
+    def rows(probe, steps):
+        return ([{"update": u, "probe/greedy_accuracy": p} for u, p in enumerate(probe)]
+                + [{"update": u + 1, "rollout/steps_per_response": x} for u, x in enumerate(steps)])
+
+    ok = held(rows([0.50, 0.49, 0.55], [3.0] + [2.5] * 10))  # a 1-point dip, steps -16.7%
+    assert ok["held"] is True and ok["probe_lowest"] == 0.49 and ok["steps_last"] == pytest.approx(2.5)
+    dipped = held(rows([0.50, 0.47, 0.60], [3.0] * 11))  # 3 points below the start once
+    assert dipped["held"] is False
+    shorter = held(rows([0.50, 0.52], [3.0] + [3.0] * 5 + [2.0] * 10))  # last ten: 2.0, -33%
+    assert shorter["held"] is False and shorter["steps_last"] == pytest.approx(2.0)
+    assert held(rows([0.5, 0.6], []))["held"] is None  # a TRL baseline logs no steps
+    assert _held_cell([ok, dipped]) == "yes (-0.01, 3.00→2.50); NO (-0.03, 3.00→3.00)"
+
+
+def test_rl_comparison_takes_a_run_at_one_of_its_checkpoints(tmp_path, capsys):
+    """`RUN@N` is the run at checkpoint N: the greedy rows rl.checkpoint_curve kept for it, the
+    seconds logged when update N ended, the tokens and probe up to N; grouped as NAME@N, so a long
+    run is compared with a short one at the same update. Without the kept rows it is a one-line error."""
+    from scripts.rl_comparison import main as comparison
+
+    def run(name, after, updates, curve=None):
+        d = tmp_path / f"{name}_s0"
+        (d / "checkpoint_rows").mkdir(parents=True)
+        for which, correct in (("before", [0, 0, 0, 0]), ("after", after)):
+            (d / f"eval_{which}_rows.jsonl").write_text(
+                "".join(json.dumps({"id": f"p{i}", "correct": c}) + "\n" for i, c in enumerate(correct)))
+        for update, correct in (curve or {}).items():
+            (d / "checkpoint_rows" / f"update-{update}.jsonl").write_text(
+                "".join(json.dumps({"id": f"p{i}", "correct": c}) + "\n" for i, c in enumerate(correct)))
+        (d / "eval.json").write_text(json.dumps({"train_seconds": 10.0 * updates, "updates": updates,
+                                                 "responses_per_update": 8}))
+        rows = [{"update": 0, "rollouts": 0, "elapsed": 0.0, "probe/greedy_accuracy": 0.5}]
+        for u in range(1, updates + 1):
+            rows.append({"update": u, "elapsed": 10.0 * u, "rollout/tokens": 100.0})
+            rows.append({"update": u, "rollouts": 8 * u, "elapsed": 10.0 * u, "probe/greedy_accuracy": 0.5 + u / 10})
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return str(d)
+
+    short = run("gold", [1, 1, 0, 0], 2)
+    long = run("psv", [1, 1, 1, 1], 4, curve={2: [1, 0, 0, 0], 4: [1, 1, 1, 1]})
+    assert comparison([short, long + "@2", long, "--out", str(tmp_path / "cmp"), "--resamples", "50"]) == 0
+    result = json.loads((tmp_path / "cmp.json").read_text())
+    assert result["psv@2"]["changes"] == [pytest.approx(0.25)] and result["psv"]["changes"] == [pytest.approx(1.0)]
+    assert result["psv@2"]["train_seconds"] == [20.0] and result["psv"]["train_seconds"] == [40.0]
+    assert result["psv@2"]["tokens_sampled"] == [200.0] and result["psv"]["tokens_sampled"] == [400.0]
+    assert result["psv@2"]["rollouts_to_target"] == [8] and result["psv@2"]["seconds_per_update"] == 10.0
+    assert result["psv@2"]["after_minus_first"]["diff"] == pytest.approx(-0.25)  # 1 of 4 against 2 of 4
+
+    capsys.readouterr()
+    assert comparison([short, long + "@3", "--out", str(tmp_path / "cmp2")]) == 2
+    err = capsys.readouterr().err
+    assert "update-3.jsonl" in err and "rl.checkpoint_curve" in err and len(err.strip().splitlines()) == 1
+
+
 def test_group_advantages_mark_the_rows_of_groups_without_signal():
     """Three groups of two samples over three tokens: rewards that differ (signal), equal step rewards
     placed at different tokens (flat: the same multiset), and a group with a single marked reward
