@@ -14,7 +14,7 @@ name: the mean change over seeds, its spread, the pooled interval (all seeds' ro
 problem), the rollouts at which the probe first stood 5 points above its start, seconds per update,
 each seed's training seconds and sampled tokens (rollouts and Monte Carlo continuations), whether
 each seed held (not hacked: the probe never more than 2 points below its start, steps per response
-at the last ten updates within 20% of the first update's), and the
+over the last ten updates within 20% of the first ten's), and the
 difference in greedy accuracy after training against the first name on the command line, paired by
 seed and problem over the seeds both have.
 
@@ -61,13 +61,14 @@ HELD_STEPS_CHANGE = 0.20
 
 def held(rows: list[dict], last: int = 10) -> dict:
     """Was the run's reward hacked? The probe's start and lowest greedy accuracy, and steps per
-    response at the first update and over the last `last` updates; `held` is True when the probe never
-    fell more than 2 points below its start and steps per response stayed within 20% of the start
-    (None when the run logs neither: a TRL baseline logs no steps)."""
+    response over the first and the last `last` updates (means: one update's 16 prompts differ in how
+    many steps they need); `held` is True when the probe never fell more than 2 points below its start
+    and steps per response stayed within 20% of the start (None when the run logs neither: a TRL
+    baseline logs no steps)."""
     probe = [row["probe/greedy_accuracy"] for row in rows if "probe/greedy_accuracy" in row]
     steps = [row["rollout/steps_per_response"] for row in rows if "rollout/steps_per_response" in row]
     out = {"probe_start": probe[0] if probe else None, "probe_lowest": min(probe) if probe else None,
-           "steps_first": steps[0] if steps else None,
+           "steps_first": sum(steps[:last]) / len(steps[:last]) if steps else None,
            "steps_last": sum(steps[-last:]) / len(steps[-last:]) if steps else None}
     if not probe or not steps:
         out["held"] = None
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, dict] = {}
     lines = ["| run | seeds | greedy before | greedy after (mean) | change per seed | mean change (min, max) | "
              "pooled change [95% CI] | rollouts to +5 on the probe | s/update | training s per seed | "
-             "tokens sampled per seed (M) | held per seed (probe lowest − start, steps first→last) | "
+             "tokens sampled per seed (M) | held per seed (probe lowest − start; steps per response, first → last ten updates) | "
              "after − first [95% CI] |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     curves = {}

@@ -429,18 +429,19 @@ def test_rl_comparison_table_and_plot_from_run_folders(tmp_path, capsys):
 
 def test_rl_comparison_says_whether_each_run_held():
     """The issue's rule for a reward that was not hacked: the probe never more than 2 points below
-    its start and steps per response (mean of the last ten updates) within 20% of the first update's."""
+    its start and steps per response (mean of the last ten updates) within 20% of the first ten's."""
     from scripts.rl_comparison import _held_cell, held
 
     def rows(probe, steps):
         return ([{"update": u, "probe/greedy_accuracy": p} for u, p in enumerate(probe)]
                 + [{"update": u + 1, "rollout/steps_per_response": x} for u, x in enumerate(steps)])
 
-    ok = held(rows([0.50, 0.49, 0.55], [3.0] + [2.5] * 10))  # a 1-point dip, steps -16.7%
-    assert ok["held"] is True and ok["probe_lowest"] == 0.49 and ok["steps_last"] == pytest.approx(2.5)
+    ok = held(rows([0.50, 0.49, 0.55], [3.5, 2.5] * 5 + [2.5] * 10))  # a 1-point dip, steps 3.0 -> 2.5
+    assert ok["held"] is True and ok["probe_lowest"] == 0.49 and ok["steps_first"] == pytest.approx(3.0)
+    assert ok["steps_last"] == pytest.approx(2.5)
     dipped = held(rows([0.50, 0.47, 0.60], [3.0] * 11))  # 3 points below the start once
     assert dipped["held"] is False
-    shorter = held(rows([0.50, 0.52], [3.0] + [3.0] * 5 + [2.0] * 10))  # last ten: 2.0, -33%
+    shorter = held(rows([0.50, 0.52], [3.0] * 10 + [2.0] * 10))  # last ten: 2.0, -33%
     assert shorter["held"] is False and shorter["steps_last"] == pytest.approx(2.0)
     assert held(rows([0.5, 0.6], []))["held"] is None  # a TRL baseline logs no steps
     assert _held_cell([ok, dipped]) == "yes (-0.01, 3.00→2.50); NO (-0.03, 3.00→3.00)"
