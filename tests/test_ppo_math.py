@@ -465,9 +465,9 @@ def test_rl_comparison_takes_a_run_at_one_of_its_checkpoints(tmp_path, capsys):
         (d / "eval.json").write_text(json.dumps({"train_seconds": 10.0 * updates, "updates": updates,
                                                  "responses_per_update": 8}))
         rows = [{"update": 0, "rollouts": 0, "elapsed": 0.0, "probe/greedy_accuracy": 0.5}]
-        for u in range(1, updates + 1):
-            rows.append({"update": u, "elapsed": 10.0 * u, "rollout/tokens": 100.0})
-            rows.append({"update": u, "rollouts": 8 * u, "elapsed": 10.0 * u, "probe/greedy_accuracy": 0.5 + u / 10})
+        for u in range(1, updates + 1):  # the probe in the update's own row, as rl/ppo_step.py writes it
+            rows.append({"update": u, "elapsed": 10.0 * u, "rollout/tokens": 100.0, "rollouts": 8 * u,
+                         "probe/greedy_accuracy": 0.5 + u / 10})
         (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         return str(d)
 
