@@ -72,7 +72,7 @@ class RunDir:
 
     def correct(self, which: str) -> dict[str, float]:
         """1.0 or 0.0 by problem id: the greedy answer's correctness before or after training."""
-        return {i: float(r["correct"]) for i, r in self.greedy_rows(which).items()}
+        return _correctness(self.greedy_rows(which))
 
     def update_rows(self, update: int) -> Path:
         """Where rl.checkpoint_curve keeps the greedy evaluation's rows of `checkpoint-{update}`."""
@@ -81,7 +81,7 @@ class RunDir:
     def correct_at(self, update: int) -> dict[str, float]:
         """1.0 or 0.0 by problem id at `checkpoint-{update}` (rl.checkpoint_curve's rows); ValueError
         when that checkpoint was not evaluated."""
-        return {i: float(r["correct"]) for i, r in rows_by_id(self.update_rows(update)).items()}
+        return _correctness(rows_by_id(self.update_rows(update)))
 
 
 MAY_DIFFER_ON_RESUME = frozenset({
@@ -105,6 +105,10 @@ def rows_by_id(path: Path) -> dict[str, dict[str, Any]]:
         raise ValueError(f"{path} does not exist")
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return {r["id"]: r for r in rows if r}
+
+
+def _correctness(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
+    return {i: float(r["correct"]) for i, r in rows.items()}
 
 
 class RunDirError(ValueError):
