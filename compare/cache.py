@@ -14,6 +14,7 @@ from typing import Any
 
 from compare.config import ROOT, VERIFIER_LM, CompareConfig, names_verifier_lm, uses_verifier_lm
 from reasoning.jsonl import atomic_write
+from rl.rewards import REWARDS
 from rl.run_dir import RunDir
 
 CACHE_VERSION = 1
@@ -128,8 +129,11 @@ def artefacts(cfg: CompareConfig) -> dict[str, Artefact]:
             out[name] = Artefact(name, "ppo", {"path": _abs(run.path)}, Path(_abs(run.path)), True, _abs(run.path))
             continue
         args = {**cfg.ppo.args, **run.args}
+        # a reward that reads no verifier (the answer check) is not keyed by one: a new verifier
+        # retrains only the runs it pays
         key = {"kind": "ppo", "version": CACHE_VERSION, "reward": run.reward, "args": args, "policy": sft.ref,
-               "verifier": verifier_spec(cfg, out, ref=True), "launcher": cfg.launcher}
+               "verifier": verifier_spec(cfg, out, ref=True) if REWARDS[run.reward].verifier else None,
+               "launcher": cfg.launcher}
         if cfg.rebuild_on_code_change:
             key["code"] = code_digest("ppo")
         out[name] = Artefact(name, "ppo", key, cache / f"ppo-{run.reward.replace('+', '_')}-{digest(key)}", False)

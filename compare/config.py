@@ -126,9 +126,13 @@ class PPORun:
 class PPOSection:
     args: dict[str, Any] = field(default_factory=_ppo_args)
     """Flags of rl/ppo_step.py shared by every run (the budget)."""
-    runs: dict[str, PPORun] = field(default_factory=lambda: {"outcome_ppo": PPORun(reward="outcome"),
-                                                             "step_ppo": PPORun(reward="step")})
+    runs: dict[str, PPORun] = field(default_factory=lambda: {
+        "outcome_ppo": PPORun(reward="gold"),
+        "step_ppo": PPORun(reward="gold", args={"advantage_estimator": "mc_values"})})
     """The PPO policies by name."""
+    seeds_page: str | None = "docs/results/mc_values_world.md"
+    """The results page with this recipe's PPO runs over three or more seeds, which the report links
+    beside its one-seed PPO rows (null: the results index)."""
 
 
 @dataclass

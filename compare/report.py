@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from compare.analysis import prompts_left_out, recorded_seconds
-from compare.config import METHOD_NAMES, REFERENCE, RESOLVED, CompareConfig, policy_label
+from compare.config import METHOD_NAMES, POLICY_NAMES, REFERENCE, RESOLVED, CompareConfig, policy_label
 from reasoning.jsonl import atomic_write
+from rl.rewards import REWARDS
 
 
 def _fmt_ci(ci: Sequence[float] | None) -> str:
@@ -50,9 +51,10 @@ def write_report(path: Path, s: dict[str, Any], cfg: CompareConfig) -> None:
         L.append(f"**PPO budget** (the same for every PPO policy): {ppo['num_updates']} updates × "
                  f"{ppo['prompts_per_update']} prompts × {ppo['samples_per_prompt']} samples = "
                  f"{ppo['responses']:,} sampled responses from {ppo['n_prompts']} training prompts ({ppo['dataset']}), "
-                 f"response limit {ppo['max_new_tokens']} tokens, seed {ppo['seed']}; rewards from the same verifier. "
-                 "Each PPO row is **one training seed**, one draw of a run whose gain moves from seed to seed: "
-                 "the three-seed figures of the same recipe are on the results pages (docs/results/README.md).\n")
+                 f"response limit {ppo['max_new_tokens']} tokens, seed {ppo['seed']}. Rewards: "
+                 + "; ".join(f"{POLICY_NAMES.get(n, n)}: {run_reward(cfg, n)}" for n in cfg.ppo.runs if n in cfg.policies)
+                 + ". Each PPO row is **one training seed**, one draw of a run whose gain moves from seed to seed: "
+                 f"the figures of this recipe over three or more seeds are in {cfg.ppo.seeds_page or 'docs/results/README.md'}.\n")
     cal = s.get("stepco_threshold")
     if cal and cal.get("fallback"):
         L.append(f"**StepCo's threshold** θ = {cal['threshold']} as configured: calibration on "
@@ -158,3 +160,19 @@ def write_report(path: Path, s: dict[str, Any], cfg: CompareConfig) -> None:
     L.append(f"```\n{s['command']}\n```\n")
     L.append(f"The resolved config is `{RESOLVED}`; every cell's rows are in `eval/<policy>/<method>/results.jsonl`.\n")
     atomic_write(path, "\n".join(L))
+
+
+def run_reward(cfg: CompareConfig, name: str) -> str:
+    """What a PPO run's reward pays, in words, from its --reward and advantage estimator."""
+    run = cfg.ppo.runs[name]
+    args = {**cfg.ppo.args, **run.args}
+    estimator = args.get("advantage_estimator", "group")
+    paid = {"gold": "the answer check (1 right, 0 wrong) at the last token",
+            "step": "the verifier's score of each step at its end",
+            "outcome": "the verifier's score of the whole path at the last token",
+            "step+gold": "the verifier's score of each step and the answer check"}.get(run.reward, run.reward)
+    if estimator == "mc_values":
+        return (f"{paid}, credited to steps by Monte Carlo values ({args.get('mc_rollouts', 4)} continuations "
+                "from each step boundary, graded by the answer check; no verifier)")
+    return f"{paid}, {estimator} advantages" + ("" if REWARDS.get(run.reward) is None or REWARDS[run.reward].verifier
+                                                 else " (no verifier)")

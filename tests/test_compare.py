@@ -227,15 +227,23 @@ def test_verifier_lm_is_trained_once_named_and_keys_what_reads_it(tmp_path):
     spec = artefact_cache.verifier_spec(cfg, arts)
     assert spec == f"step-likelihood:{lm.dir}" == arts["psv"].spec
     assert artefact_cache.verifier_spec(cfg, arts, ref=True) == f"step-likelihood:{lm.ref}"
-    argv = train.ppo_argv(cfg, "step_ppo", arts)
+    # the default PPO runs are paid by the answer check: no verifier passed, none in their key
+    assert "--verifier" not in train.ppo_argv(cfg, "step_ppo", arts) and arts["step_ppo"].key["verifier"] is None
+    paid = config.load_config(None, sets=["ppo.runs.step_ppo.reward=step", "ppo.runs.step_ppo.args.advantage_estimator=group"], overrides=cache)
+    paid_arts = artefact_cache.artefacts(paid)
+    argv = train.ppo_argv(paid, "step_ppo", paid_arts)
     assert argv[argv.index("--verifier") + 1] == spec
-    assert arts["step_ppo"].key["verifier"] == f"step-likelihood:{lm.ref}"
+    assert paid_arts["step_ppo"].key["verifier"] == f"step-likelihood:{lm.ref}"
     assert train.sft_command(cfg, lm)[-2:] == ["--output_dir", str(lm.dir)]
     assert "--teacher_noise" in train.sft_command(cfg, lm) and train.sft_args(cfg, lm) == cfg.verifier_lm.args
     # the verifier LM's flags key it and everything it judges, never the policy
     other = artefact_cache.artefacts(config.load_config(None, sets=["verifier_lm.args.n_train=1000"], overrides=cache))
     assert other["sft"].dir == arts["sft"].dir
-    assert other["verifier_lm"].dir != lm.dir and other["step_ppo"].dir != arts["step_ppo"].dir
+    assert other["verifier_lm"].dir != lm.dir and other["step_ppo"].dir == arts["step_ppo"].dir
+    other_paid = artefact_cache.artefacts(config.load_config(
+        None, sets=["verifier_lm.args.n_train=1000", "ppo.runs.step_ppo.reward=step",
+              "ppo.runs.step_ppo.args.advantage_estimator=group"], overrides=cache))
+    assert other_paid["step_ppo"].dir != paid_arts["step_ppo"].dir and other_paid["outcome_ppo"].dir == arts["outcome_ppo"].dir
     # joined with another verifier, or as the methods' verifier only, it is still resolved
     joined = config.load_config(None, sets=["psv.path=confidence", "psv.combine_with=step-likelihood:verifier_lm"],
                                 overrides=cache)
@@ -251,6 +259,9 @@ def test_verifier_lm_is_trained_once_named_and_keys_what_reads_it(tmp_path):
     given = config.load_config(None, sets=[f"verifier_lm.path={tmp_path}"], overrides=cache)
     ga = artefact_cache.artefacts(given)
     assert ga["verifier_lm"].given and artefact_cache.verifier_spec(given, ga) == f"step-likelihood:{tmp_path}"
-    assert ga["step_ppo"].key["verifier"] == f"step-likelihood:{tmp_path}"
+    assert ga["step_ppo"].key["verifier"] is None  # paid by the answer check
+    gp = artefact_cache.artefacts(config.load_config(None, sets=[f"verifier_lm.path={tmp_path}", "ppo.runs.outcome_ppo.reward=outcome"],
+                                                     overrides=cache))
+    assert gp["outcome_ppo"].key["verifier"] == f"step-likelihood:{tmp_path}"
     with pytest.raises(config.CompareError, match="verifier_lm.args.output_dir"):
         config.load_config(None, sets=["verifier_lm.args.output_dir=x"])
