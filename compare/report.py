@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from compare.analysis import prompts_left_out, recorded_seconds
-from compare.config import METHOD_NAMES, POLICY_NAMES, REFERENCE, RESOLVED, CompareConfig, policy_label
+from compare.config import METHOD_NAMES, REFERENCE, RESOLVED, CompareConfig, policy_label
 from reasoning.jsonl import atomic_write
 from rl.rewards import REWARDS
 
@@ -52,7 +52,7 @@ def write_report(path: Path, s: dict[str, Any], cfg: CompareConfig) -> None:
                  f"{ppo['prompts_per_update']} prompts × {ppo['samples_per_prompt']} samples = "
                  f"{ppo['responses']:,} sampled responses from {ppo['n_prompts']} training prompts ({ppo['dataset']}), "
                  f"response limit {ppo['max_new_tokens']} tokens, seed {ppo['seed']}. Rewards: "
-                 + "; ".join(f"{POLICY_NAMES.get(n, n)}: {run_reward(cfg, n)}" for n in cfg.ppo.runs if n in cfg.policies)
+                 + "; ".join(f"{policy_label(n)}: {run_reward(cfg, n)}" for n in cfg.ppo.runs if n in cfg.policies)
                  + ". Each PPO row is **one training seed**, one draw of a run whose gain moves from seed to seed: "
                  f"the figures of this recipe over three or more seeds are in {cfg.ppo.seeds_page or 'docs/results/README.md'}.\n")
     cal = s.get("stepco_threshold")
@@ -174,5 +174,5 @@ def run_reward(cfg: CompareConfig, name: str) -> str:
     if estimator == "mc_values":
         return (f"{paid}, credited to steps by Monte Carlo values ({args.get('mc_rollouts', 4)} continuations "
                 "from each step boundary, graded by the answer check; no verifier)")
-    return f"{paid}, {estimator} advantages" + ("" if REWARDS.get(run.reward) is None or REWARDS[run.reward].verifier
-                                                 else " (no verifier)")
+    mode = REWARDS.get(run.reward)
+    return f"{paid}, {estimator} advantages" + (" (no verifier)" if mode is not None and not mode.verifier else "")
