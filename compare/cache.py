@@ -129,11 +129,8 @@ def artefacts(cfg: CompareConfig) -> dict[str, Artefact]:
             out[name] = Artefact(name, "ppo", {"path": _abs(run.path)}, Path(_abs(run.path)), True, _abs(run.path))
             continue
         args = {**cfg.ppo.args, **run.args}
-        # a reward that reads no verifier (the answer check) is not keyed by one: a new verifier
-        # retrains only the runs it pays
         key = {"kind": "ppo", "version": CACHE_VERSION, "reward": run.reward, "args": args, "policy": sft.ref,
-               "verifier": verifier_spec(cfg, out, ref=True) if REWARDS[run.reward].verifier else None,
-               "launcher": cfg.launcher}
+               "verifier": ppo_verifier_spec(cfg, name, out, ref=True), "launcher": cfg.launcher}
         if cfg.rebuild_on_code_change:
             key["code"] = code_digest("ppo")
         out[name] = Artefact(name, "ppo", key, cache / f"ppo-{run.reward.replace('+', '_')}-{digest(key)}", False)
@@ -166,6 +163,12 @@ def verifier_spec(cfg: CompareConfig, arts: dict[str, Artefact], ref: bool = Fal
     psv, sft = (arts["psv"].ref, arts["sft"].ref) if ref else (arts["psv"].spec, arts["sft"].spec)
     spec = psv if cfg.psv.combine_with is None else f"{cfg.psv.combine_rule}:{cfg.psv.combine_with},{psv}"
     return bind_verifier_lm(pin_policy(spec, sft), arts, ref)
+
+
+def ppo_verifier_spec(cfg: CompareConfig, name: str, arts: dict[str, Artefact], ref: bool = False) -> str | None:
+    """The verifier PPO run `name` reads, or None when its reward reads none (the answer check): such
+    a run gets no --verifier and is not keyed by one, so a new verifier retrains only the runs it pays."""
+    return verifier_spec(cfg, arts, ref) if REWARDS[cfg.ppo.runs[name].reward].verifier else None
 
 
 def methods_verifier_spec(cfg: CompareConfig, arts: dict[str, Artefact], ref: bool = False) -> str:

@@ -12,10 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from compare.cache import MARKER, Artefact, verifier_spec, write_marker
+from compare.cache import MARKER, Artefact, ppo_verifier_spec, write_marker
 from compare.config import ROOT, VERIFIER_LM, CompareConfig, CompareError, ppo_flags, to_argv
 from compare.jobs import log, run_logged
-from rl.rewards import REWARDS
 from rl.run_dir import RunDir
 
 
@@ -37,7 +36,8 @@ def ppo_argv(cfg: CompareConfig, name: str, arts: dict[str, Artefact]) -> list[s
     if "num_threads" not in cfg.ppo.args and "num_threads" not in run.args:
         # PPO runs side by side share the cores: one torch thread each; a run alone may use them all
         threads = ["--num_threads", "1" if cfg.workers > 1 else "0"]
-    verifier = ["--verifier", verifier_spec(cfg, arts)] if REWARDS[run.reward].verifier else []
+    spec = ppo_verifier_spec(cfg, name, arts)
+    verifier = ["--verifier", spec] if spec is not None else []
     return to_argv(ppo_flags({**cfg.ppo.args, **run.args})) + [
         "--reward", run.reward, "--model_name_or_path", arts["sft"].spec, *verifier,
         "--output_dir", str(art.dir), "--build_missing", "false", "--resume_from_checkpoint", "auto", *threads]
