@@ -53,6 +53,19 @@ def _last_line(path: Path) -> str:
     return lines[-1][-160:] if lines else ""
 
 
+def _heartbeat_line(job: Job, path: Path) -> str:
+    """The job's own progress line where it has one, else its log's last line; a progress reader
+    that fails (a metrics line half written, say) falls back to the log rather than stopping the beat."""
+    if job.progress is not None:
+        try:
+            line = job.progress()
+        except Exception:  # noqa: BLE001 - progress is a courtesy; the job's own log holds the truth
+            line = None
+        if line:
+            return line
+    return _last_line(path)
+
+
 @dataclass
 class Job:
     name: str
@@ -66,6 +79,9 @@ class Job:
     threads: int | None = None
     """OMP_NUM_THREADS of the subprocess (None: inherited, 1 when unset). Jobs side by side on a
     small machine want 1 each: two 2-thread processes on 2 cores run many times slower."""
+    progress: Callable[[], str | None] | None = None
+    """What the heartbeat says of the running job (e.g. a PPO run's update and reward, read from its
+    metrics); None, or when it returns None: the last line of the job's log."""
 
 
 def run_jobs(jobs: list[Job], workers: int, log_dir: Path, heartbeat: float = 60.0) -> None:
@@ -78,7 +94,7 @@ def run_jobs(jobs: list[Job], workers: int, log_dir: Path, heartbeat: float = 60
         return
     events = {job.name: threading.Event() for job in jobs}
     failed: list[BaseException] = []
-    running: dict[str, Path] = {}
+    running: dict[str, Job] = {}
     lock = threading.Lock()
 
     def work(job: Job) -> None:
@@ -93,7 +109,7 @@ def run_jobs(jobs: list[Job], workers: int, log_dir: Path, heartbeat: float = 60
             else:
                 path = log_dir / f"{job.name}.log"
                 with lock:
-                    running[job.name] = path
+                    running[job.name] = job
                 try:
                     run_logged(job.command, path, job.name, threads=job.threads)
                 finally:
@@ -112,8 +128,8 @@ def run_jobs(jobs: list[Job], workers: int, log_dir: Path, heartbeat: float = 60
         while not stop.wait(heartbeat):
             with lock:
                 items = list(running.items())
-            for name, path in items:
-                log(f"{name}: {_last_line(path)}")
+            for name, job in items:
+                log(f"{name}: {_heartbeat_line(job, log_dir / f'{name}.log')}")
 
     ticker = threading.Thread(target=beat, daemon=True)
     ticker.start()

@@ -30,8 +30,9 @@ from compare.evaluation import cells, eval_groups, evaluate_policy, load_eval_pr
 from compare.jobs import Job, log, run_jobs
 from compare.plot import plot
 from compare.report import write_report
-from compare.train import build_ppo_inline, build_psv, build_sft, finish_ppo, ppo_command
+from compare.train import build_ppo_inline, build_psv, build_sft, finish_ppo, ppo_command, ppo_progress, ppo_updates
 from reasoning.jsonl import atomic_write
+from rl.run_dir import RunDir
 
 STAGE_COMMAND = [sys.executable, "-m", "compare"]
 """How a stage runs in its own process: `python -m compare`, there from a checkout and a wheel alike."""
@@ -87,7 +88,8 @@ def run(cfg: CompareConfig, out: Path, command: str = "") -> dict[str, Any]:
             continue
         log(f"{name}: to train (PPO, reward {cfg.ppo.runs[name].reward}) into {art.dir}")
         jobs.append(Job(name=f"ppo_{name}", inline=lambda n=name: build_ppo_inline(cfg, n, arts, log_dir),
-                        command=ppo_command(cfg, name, arts), finish=lambda a=art: finish_ppo(a)))
+                        command=ppo_command(cfg, name, arts), finish=lambda a=art: finish_ppo(a),
+                        progress=lambda a=art, n=name: ppo_progress(RunDir(a.dir).metrics, ppo_updates(cfg, n))))
     train_jobs = [j.name for j in jobs]
     groups = eval_groups(cfg, cfg.eval.dataset.startswith("world"), cfg.workers)
     for name in cfg.policies:

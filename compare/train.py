@@ -48,6 +48,45 @@ def ppo_command(cfg: CompareConfig, name: str, arts: dict[str, Artefact]) -> lis
     return [*prefix, str(ROOT / "rl" / "ppo_step.py"), *ppo_argv(cfg, name, arts)]
 
 
+def ppo_progress(metrics: Path, total: int | None) -> str | None:
+    """One line on a PPO run under way, from its metrics file: the update reached, the rollouts'
+    accuracy and reward at the last logged update, and the probe's latest greedy accuracy; None
+    before the first update is logged (the run is still loading or evaluating before training)."""
+    try:
+        lines = metrics.read_text().splitlines()
+    except OSError:
+        return None
+    rows = []
+    for line in lines:
+        try:
+            rows.append(json.loads(line))
+        except ValueError:  # a line being written
+            continue
+    rows = [r for r in rows if isinstance(r, dict) and "update" in r]
+    if not rows:
+        return None
+    last = rows[-1]
+    done = f"update {last['update']}" + (f"/{total}" if total else "")
+    parts = [done]
+    if "rollout/accuracy" in last:
+        parts.append(f"rollout accuracy {last['rollout/accuracy']:.2f}")
+    if "reward/mean_total" in last:
+        parts.append(f"reward {last['reward/mean_total']:.3f}")
+    probes = [r for r in rows if "probe/greedy_accuracy" in r]
+    if probes:
+        parts.append(f"probe greedy {probes[-1]['probe/greedy_accuracy']:.2f} "
+                     f"(update {probes[-1]['update']}; {probes[0]['probe/greedy_accuracy']:.2f} at the start)")
+    if "elapsed" in last:
+        parts.append(f"{last['elapsed']:.0f} s of training")
+    return ", ".join(parts)
+
+
+def ppo_updates(cfg: CompareConfig, name: str) -> int | None:
+    """The PPO run's number of updates as its flags set it (None: rl/ppo_step.py's default)."""
+    value = {**cfg.ppo.args, **cfg.ppo.runs[name].args}.get("max_steps")
+    return int(value) if value is not None else None
+
+
 def build_sft(cfg: CompareConfig, art: Artefact, log_dir: Path) -> None:
     """Train an SFT artefact (the policy or the verifier LM) in this process, or through `launcher`."""
     start = time.time()

@@ -225,3 +225,47 @@ def test_side_by_side_jobs_get_one_thread_each_whatever_the_parent_has(tmp_path)
         run_jobs(jobs, 2, tmp_path)
     assert [(tmp_path / f"{n}.log").read_text().count("omp=1") for n in ("j0", "j1")] == [1, 1]
     assert "omp=2" in (tmp_path / "inherit.log").read_text()  # no `threads`: the parent's setting
+
+
+def test_ppo_progress_reads_the_update_reward_and_probe_from_the_metrics(tmp_path):
+    """The heartbeat's line for a PPO run: the last logged update out of the run's total, its rollout
+    accuracy and reward, and the probe's latest greedy accuracy beside its first; a half-written last
+    line is skipped; no metrics yet gives None (the heartbeat then shows the log's last line)."""
+    import json
+
+    from compare.train import ppo_progress
+
+    path = tmp_path / "metrics.jsonl"
+    assert ppo_progress(path, 120) is None
+    rows = [{"update": 0, "probe/greedy_accuracy": 0.45, "elapsed": 0.0},
+            {"update": 10, "rollout/accuracy": 0.40625, "reward/mean_total": 0.39453125,
+             "probe/greedy_accuracy": 0.47, "elapsed": 180.4},
+            {"update": 11, "rollout/accuracy": 0.4375, "reward/mean_total": 0.421875, "elapsed": 199.6}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"update": 12, "rollout/acc')
+    assert ppo_progress(path, 120) == ("update 11/120, rollout accuracy 0.44, reward 0.422, probe greedy 0.47 "
+                                      "(update 10; 0.45 at the start), 200 s of training")
+    assert ppo_progress(path, None).startswith("update 11, ")
+    path.write_text(json.dumps(rows[0]) + "\n")
+    assert ppo_progress(path, 120) == "update 0/120, probe greedy 0.45 (update 0; 0.45 at the start), 0 s of training"
+
+
+def test_heartbeat_shows_a_jobs_progress_and_falls_back_to_its_log(tmp_path, capsys):
+    """While side-by-side jobs run, each heartbeat line names the job and says its progress where
+    the job has a reader, the last line of its log where it has none or the reader fails."""
+    import sys
+
+    from compare.jobs import Job, run_jobs
+
+    def broken():
+        raise ValueError("half-written metrics")
+
+    talk = [sys.executable, "-c", "import time; print('loading the policy', flush=True); time.sleep(1.5)"]
+    jobs = [Job(name="ppo_a", inline=lambda: None, command=talk, progress=lambda: "update 3/120"),
+            Job(name="ppo_b", inline=lambda: None, command=talk, progress=broken),
+            Job(name="eval_c", inline=lambda: None, command=talk)]
+    run_jobs(jobs, 3, tmp_path, heartbeat=0.5)
+    err = capsys.readouterr().err
+    assert "ppo_a: update 3/120" in err
+    assert "ppo_b: loading the policy" in err
+    assert "eval_c: loading the policy" in err
+    assert "ppo_a: loading the policy" not in err
