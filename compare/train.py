@@ -52,17 +52,9 @@ def ppo_progress(metrics: Path, total: int | None) -> str | None:
     """One line on a PPO run under way, from its metrics file: the update reached, the rollouts'
     accuracy and reward at the last logged update, and the probe's latest greedy accuracy; None
     before the first update is logged (the run is still loading or evaluating before training)."""
-    try:
-        lines = metrics.read_text().splitlines()
-    except OSError:
-        return None
-    rows = []
-    for line in lines:
-        try:
-            rows.append(json.loads(line))
-        except ValueError:  # a line being written
-            continue
-    rows = [r for r in rows if isinstance(r, dict) and "update" in r]
+    from reasoning.benchmarks import read_appended_jsonl
+
+    rows = [row for _, row in read_appended_jsonl(metrics)[0] if "update" in row]  # a line being written is left out
     if not rows:
         return None
     last = rows[-1]
