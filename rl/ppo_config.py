@@ -15,7 +15,7 @@ from transformers import TrainingArguments
 
 from reward_models.load import spec_parts, split_spec
 from reward_models.verifier import AGGREGATIONS
-from rl.ppo_math import ESTIMATORS, STEP_CREDITS
+from rl.ppo_math import ESTIMATORS, REWARD_SCALES, STEP_CREDITS
 from rl.rewards import REWARDS
 from rl.step_rewards import SHAPING_MODES
 from rl.tracking import report_to
@@ -255,6 +255,16 @@ class StepPPOConfig(TrainingArguments):
                           "ppo_math.group_step_advantages(credit='own')). With one reward per response the two "
                           "are the same."},
     )
+    scale_rewards: str = field(
+        default="group",
+        metadata={"help": f"--advantage_estimator group: what a group's rewards are divided by once their mean is "
+                          f"taken off, one of {', '.join(REWARD_SCALES)} (TRL's scale_rewards). 'group': their "
+                          f"standard deviation (GRPO), which makes a reward's weight do nothing in a group where it "
+                          f"alone varies (a verifier's scores where every sample failed the answer check); 'batch': "
+                          f"the standard deviation of the whole rollout batch's rewards (this process's), so that "
+                          f"small differences stay small and --step_reward_weight sets the verifier's share; 'none': "
+                          f"nothing (Dr. GRPO). Runs stored before it existed resume with 'group'."},
+    )
     drop_flat_groups: bool = field(
         default=False,
         metadata={"help": "Under the group estimator, leave out of the loss (policy, KL and entropy terms) every "
@@ -319,6 +329,7 @@ class StepPPOConfig(TrainingArguments):
         choose("outcome_aggregation", self.outcome_aggregation, AGGREGATIONS)
         choose("advantage_estimator", self.advantage_estimator, ADVANTAGE_ESTIMATORS)
         choose("step_credit", self.step_credit, STEP_CREDITS)
+        choose("scale_rewards", self.scale_rewards, REWARD_SCALES)
         choose("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
         choose("critic_init", self.critic_init, ("verifier", "policy"))
         for name in ("max_steps", "prompts_per_update", "num_generations", "max_completion_length", "num_iterations",
@@ -340,6 +351,9 @@ class StepPPOConfig(TrainingArguments):
                              f"num_mini_batches ({self.num_mini_batches})")
         if self.beta < 0:
             raise ValueError(f"--beta must be >= 0, got {self.beta}")
+        if self.scale_rewards != "group" and self.advantage_estimator != "group":
+            raise ValueError(f"--scale_rewards {self.scale_rewards} needs --advantage_estimator group (it scales "
+                             f"group-centred rewards); got {self.advantage_estimator!r}")
         if self.drop_flat_groups and not ESTIMATORS[self.advantage_estimator].drops_flat_groups:
             raise ValueError("--drop_flat_groups needs --advantage_estimator group (it drops the prompts whose "
                              f"samples all got the same rewards); got {self.advantage_estimator!r}")

@@ -280,11 +280,13 @@ def leave_one_out_baseline(scores: torch.Tensor, group_size: int) -> torch.Tenso
 
 
 STEP_CREDITS = ("return", "own")
+REWARD_SCALES = ("group", "batch", "none")
+"""How group advantages are scaled after the group mean is taken off (TRL's `scale_rewards`)."""
 
 
 def group_step_advantages(
     rewards: torch.Tensor, reward_mask: torch.Tensor, mask: torch.Tensor, group_size: int, eps: float = 1e-6,
-    credit: str = "return",
+    credit: str = "return", scale: str = "group",
 ) -> tuple[torch.Tensor, dict]:
     """Critic-free step-level advantages over [B, T] response tokens (DeepSeekMath's process supervision).
 
@@ -299,6 +301,14 @@ def group_step_advantages(
     (an outcome) the two are the same. A group whose rewards are all equal (or that has a single
     reward) has advantage 0 everywhere: it carries no signal.
 
+    `scale` (TRL's `scale_rewards`): "group" divides by the group's standard deviation, as above;
+    "batch" by the standard deviation (population) of every marked reward of the batch, so that a
+    group whose rewards differ little (a verifier's scores among samples the answer check all
+    failed) gets small advantages rather than ones as large as a right-against-wrong group's, and a
+    reward's weight then sets its share of the update; "none" only takes off the group mean
+    (Dr. GRPO). Under "group" the advantages do not change when every reward is scaled by one
+    factor, so a weight on a reward that alone varies in a group does nothing there.
+
     Returns (advantages [B, T], 0 at padding; stats with `flat_groups`, the fraction of groups
     whose marked rewards were all equal, and `flat_rows`, a [B] bool tensor marking the rows of
     those groups, which DAPO leaves out of the batch: they carry no signal, and inside a token mean
@@ -311,6 +321,8 @@ def group_step_advantages(
         raise ValueError(f"the batch of {rewards.shape[0]} rows is not made of groups of {group_size}")
     if credit not in STEP_CREDITS:
         raise ValueError(f"credit must be one of {', '.join(STEP_CREDITS)}; got {credit!r}")
+    if scale not in REWARD_SCALES:
+        raise ValueError(f"scale must be one of {', '.join(REWARD_SCALES)}; got {scale!r}")
     mask = _as_float_mask(mask, rewards.float())
     marked = (reward_mask != 0) & (mask != 0)
     rewards = torch.where(marked, rewards.float(), torch.zeros_like(rewards, dtype=torch.float32))
@@ -322,7 +334,14 @@ def group_step_advantages(
     var = (((g - mean) ** 2) * m).sum(-1, keepdim=True) / count.clamp(min=1)
     std = var.sqrt()
     flat = (std.squeeze(-1) <= eps)
-    normalised = torch.where(flat[:, None], torch.zeros_like(g), (g - mean) / (std + eps)) * m
+    if scale == "group":
+        divisor = std + eps
+    elif scale == "batch":
+        every = rewards[marked]
+        divisor = (every.std(unbiased=False) if every.numel() else torch.zeros(())) + eps
+    else:
+        divisor = torch.ones_like(std)
+    normalised = torch.where(flat[:, None], torch.zeros_like(g), (g - mean) / divisor) * m
     normalised = normalised.view(b, t)
     if credit == "own":
         # A_t = r̃ at the first marked position t' >= t: a reversed cumulative min of marked indices
@@ -401,26 +420,29 @@ class Advantages:
     """[B] bool: rows of groups whose rewards were all equal (the group estimator's; DAPO drops them)."""
 
 
-def _gae_estimate(rewards, values, reward_mask, mask, *, gamma, lam, group_size, credit, step_values) -> Advantages:
+def _gae_estimate(rewards, values, reward_mask, mask, *, gamma, lam, group_size, credit, step_values,
+                  scale="group") -> Advantages:
     advantages, returns = gae(rewards, values * mask, mask, gamma, lam)
     return Advantages(advantages, returns, values, {"value/explained_variance": explained_variance(values, returns, mask)})
 
 
-def _group_estimate(rewards, values, reward_mask, mask, *, gamma, lam, group_size, credit, step_values) -> Advantages:
-    advantages, group_stats = group_step_advantages(rewards, reward_mask, mask, group_size, credit=credit)
+def _group_estimate(rewards, values, reward_mask, mask, *, gamma, lam, group_size, credit, step_values,
+                    scale="group") -> Advantages:
+    advantages, group_stats = group_step_advantages(rewards, reward_mask, mask, group_size, credit=credit, scale=scale)
     zeros = torch.zeros_like(advantages)
     return Advantages(advantages, zeros, zeros, {"rollout/flat_reward_groups": group_stats["flat_groups"]},
                       flat_rows=group_stats["flat_rows"])
 
 
-def _rloo_estimate(rewards, values, reward_mask, mask, *, gamma, lam, group_size, credit, step_values) -> Advantages:
+def _rloo_estimate(rewards, values, reward_mask, mask, *, gamma, lam, group_size, credit, step_values,
+                  scale="group") -> Advantages:
     togo = discounted_returns(rewards, mask, gamma)
     baseline = leave_one_out_baseline(togo[:, 0], group_size)
     return Advantages((togo - baseline[:, None]) * mask, togo, torch.zeros_like(togo))
 
 
 def _mc_values_estimate(rewards, values, reward_mask, mask, *, gamma, lam, group_size, credit,
-                        step_values) -> Advantages:
+                        step_values, scale="group") -> Advantages:
     # VinePPO: `step_values()` (the trainer's: it samples continuations from every step boundary)
     # gives the values of the boundaries, each token the difference across its step
     values_of_steps, token_steps, stats = step_values()
@@ -435,7 +457,8 @@ class Estimator:
 
     estimate: Callable[..., Advantages]
     """(token rewards, old values or None, reward_mask, mask, *, gamma, lam, group_size, credit,
-    step_values): `step_values()` returns Monte Carlo values of step boundaries (values [B, S+1],
+    step_values, scale): `scale` is the group estimator's (`group_step_advantages`), the others
+    read neither it nor `credit`; `step_values()` returns Monte Carlo values of step boundaries (values [B, S+1],
     token steps [B, T], stats), sampled by the trainer; only an estimator that needs them calls it."""
     uses_critic: bool
     """Values in every forward, a critic trained and warmed up; False: no critic is kept at all."""

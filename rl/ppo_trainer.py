@@ -573,7 +573,7 @@ class StepPPOTrainer:
 
         estimate = estimator.estimate(token_rewards, old_values, batch.reward_mask, mask, gamma=args.gamma, lam=args.lam,
                                       group_size=args.samples_per_prompt, credit=args.step_credit,
-                                      step_values=step_values)
+                                      step_values=step_values, scale=args.scale_rewards)
         advantages, returns, old_values = estimate.advantages, estimate.returns, estimate.values
         extra.update(estimate.stats)
         if args.drop_flat_groups:  # DAPO: no flat group in the loss; the others keep their weight

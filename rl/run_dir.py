@@ -142,7 +142,8 @@ def stored_settings(out: str | Path) -> dict[str, Any] | None:
     return rename_settings(stored, where=None)  # a run stored before the fields took TRL's names
 
 
-SETTINGS_ADDED_LATER = {"step_credit": "return", "entropy_coef": 0.0, "drop_flat_groups": False, "mc_rollouts": 4}
+SETTINGS_ADDED_LATER = {"step_credit": "return", "entropy_coef": 0.0, "drop_flat_groups": False, "mc_rollouts": 4,
+                        "scale_rewards": "group"}
 """Settings a run stored before they existed, with the value such a run computed with."""
 
 

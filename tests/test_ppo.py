@@ -801,6 +801,34 @@ def test_drop_flat_groups_leaves_groups_without_signal_out_of_the_loss(models, t
         StepPPOConfig(output_dir=str(tmp_path / "bad"), advantage_estimator="gae", drop_flat_groups=True).validate()
 
 
+def test_scale_rewards_reaches_the_group_estimator_and_needs_it(models, tmp_path, monkeypatch):
+    """--scale_rewards is what the update's group advantages are computed with; other estimators
+    refuse a scale other than 'group', and an unknown one is refused by name."""
+    import rl.ppo_math as M
+
+    seen = []
+    real = M.group_step_advantages
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("scale"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(M, "group_step_advantages", spy)
+    trainer, _, _ = make_trainer(models, tmp_path / "run", FixedVerifier([0.5]), advantage_estimator="group",
+                                 reward="outcome", outcome_aggregation="mean", scale_rewards="batch")
+    trainer.step(0)
+    assert seen == ["batch"]
+    with pytest.raises(ValueError, match="scale_rewards none needs --advantage_estimator group"):
+        StepPPOConfig(output_dir=str(tmp_path / "bad"), advantage_estimator="rloo", scale_rewards="none").validate()
+    with pytest.raises(ValueError, match="scale_rewards must be one of group, batch, none"):
+        StepPPOConfig(output_dir=str(tmp_path / "bad"), scale_rewards="global").validate()
+    # a run stored before the setting existed computed with 'group', and resumes only with it
+    from rl.run_dir import settings_changes
+
+    assert settings_changes({"seed": 0}, {"seed": 0, "scale_rewards": "group"}) == []
+    assert settings_changes({"seed": 0}, {"seed": 0, "scale_rewards": "batch"}) == ["scale_rewards: 'group' -> 'batch'"]
+
+
 def test_default_policy_is_built_with_the_sft_seed_and_a_policy_of_another_seed_is_refused(tmp_path, monkeypatch):
     """--sft_seed reaches the SFT run that builds the default policy; a default policy already there
     whose eval.json records another training seed stops the run before anything loads (one line),

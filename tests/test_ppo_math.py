@@ -346,6 +346,40 @@ def test_group_outcome_rewards_are_grpo_and_flat_groups_carry_nothing():
     assert stats["flat_groups"] == 0.5
 
 
+def test_group_advantages_scaled_by_the_batch_or_not_at_all_match_hand_computed_values():
+    # two groups of two outcome rewards: group 0 right (1) against wrong (0), group 1 two wrong
+    # samples a verifier scored 0.25 and 0.15 (weight already applied). Under "group" both groups
+    # get advantages of +-1; under "batch" each group's centred rewards are divided by the std of
+    # all four rewards; under "none" they stay centred rewards
+    rewards = torch.tensor([[0.0, 1.0], [0.0, 0.0], [0.0, 0.25], [0.0, 0.15]])
+    marks = torch.tensor([[0, 1], [0, 1], [0, 1], [0, 1]])
+    mask = torch.ones(4, 2)
+    group, _ = ppo_math.group_step_advantages(rewards, marks, mask, group_size=2, scale="group")
+    assert torch.allclose(group[:, 0], torch.tensor([1.0, -1.0, 1.0, -1.0]), atol=1e-4)
+    values = [1.0, 0.0, 0.25, 0.15]
+    mean = sum(values) / 4
+    batch_std = (sum((v - mean) ** 2 for v in values) / 4) ** 0.5
+    centred = [0.5, -0.5, 0.05, -0.05]
+    batch, stats = ppo_math.group_step_advantages(rewards, marks, mask, group_size=2, scale="batch")
+    assert torch.allclose(batch[:, 0], torch.tensor([c / (batch_std + 1e-6) for c in centred]), atol=1e-5)
+    assert torch.allclose(batch[:, 0], batch[:, 1]) and stats["flat_groups"] == 0.0
+    none, _ = ppo_math.group_step_advantages(rewards, marks, mask, group_size=2, scale="none")
+    assert torch.allclose(none[:, 0], torch.tensor(centred), atol=1e-6)
+    # the weight of a reward that alone varies in a group does nothing under "group", and scales
+    # that group's advantages under "batch"
+    halved = rewards.clone()
+    halved[2:] *= 0.5
+    assert torch.allclose(ppo_math.group_step_advantages(halved, marks, mask, 2, scale="group")[0][2:], group[2:],
+                          atol=1e-4)
+    assert ppo_math.group_step_advantages(halved, marks, mask, 2, scale="batch")[0][2, 0] < batch[2, 0] * 0.6
+    # a flat group is 0 whatever the scale
+    flat = torch.tensor([[0.0, 1.0], [0.0, 1.0]]), torch.tensor([[0, 1], [0, 1]]), torch.ones(2, 2)
+    for scale in ppo_math.REWARD_SCALES:
+        assert torch.equal(ppo_math.group_step_advantages(*flat, group_size=2, scale=scale)[0], torch.zeros(2, 2))
+    with pytest.raises(ValueError, match="scale"):
+        ppo_math.group_step_advantages(rewards, marks, mask, group_size=2, scale="global")
+
+
 def test_group_advantages_ignore_unmarked_tokens_and_check_shapes():
     rewards = torch.tensor([[5.0, 1.0], [7.0, 0.0]])  # the 5 and 7 are not marked: not rewards
     marks = torch.tensor([[0, 1], [0, 1]])
