@@ -351,7 +351,8 @@ class StepPPOConfig(TrainingArguments):
                              f"num_mini_batches ({self.num_mini_batches})")
         if self.beta < 0:
             raise ValueError(f"--beta must be >= 0, got {self.beta}")
-        if self.scale_rewards != "group" and self.advantage_estimator != "group":
+        # REWARD_SCALES[0], GRPO's per-group scale, is the default and what every estimator computes with
+        if self.scale_rewards != REWARD_SCALES[0] and not ESTIMATORS[self.advantage_estimator].scales_rewards:
             raise ValueError(f"--scale_rewards {self.scale_rewards} needs --advantage_estimator group (it scales "
                              f"group-centred rewards); got {self.advantage_estimator!r}")
         if self.drop_flat_groups and not ESTIMATORS[self.advantage_estimator].drops_flat_groups:

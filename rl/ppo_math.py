@@ -458,8 +458,9 @@ class Estimator:
     estimate: Callable[..., Advantages]
     """(token rewards, old values or None, reward_mask, mask, *, gamma, lam, group_size, credit,
     step_values, scale): `scale` is the group estimator's (`group_step_advantages`), the others
-    read neither it nor `credit`; `step_values()` returns Monte Carlo values of step boundaries (values [B, S+1],
-    token steps [B, T], stats), sampled by the trainer; only an estimator that needs them calls it."""
+    read neither it nor `credit`; `step_values()` returns Monte Carlo values of step boundaries
+    (values [B, S+1], token steps [B, T], stats), sampled by the trainer; only an estimator that
+    needs them calls it."""
     uses_critic: bool
     """Values in every forward, a critic trained and warmed up; False: no critic is kept at all."""
     groups: bool
@@ -470,6 +471,8 @@ class Estimator:
     """Its advantages are normalised already (never whitened again)."""
     drops_flat_groups: bool
     """Reports `flat_rows`, so that flat groups can be left out of the loss."""
+    scales_rewards: bool = False
+    """Reads `scale` (`--scale_rewards`): it centres rewards within groups and scales them."""
     monte_carlo: bool = False
     """Its values are answer-check means of continuations sampled from step boundaries (the config
     then checks what such values allow: the gold reward, gamma 1, ...)."""
@@ -481,7 +484,7 @@ ESTIMATORS: dict[str, Estimator] = {
     "rloo": Estimator(_rloo_estimate, uses_critic=False, groups=True, kl_in_loss=False, normalised=False,
                       drops_flat_groups=False),
     "group": Estimator(_group_estimate, uses_critic=False, groups=True, kl_in_loss=True, normalised=True,
-                       drops_flat_groups=True),
+                       drops_flat_groups=True, scales_rewards=True),
     # the KL is a loss term: advantages that are differences of Monte Carlo values have no per-token
     # reward for a penalty to enter
     "mc_values": Estimator(_mc_values_estimate, uses_critic=False, groups=True, kl_in_loss=True, normalised=False,
