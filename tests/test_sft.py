@@ -84,3 +84,22 @@ def test_verifier_lm_recipe_is_a_larger_model_of_the_same_world():
     assert big.hidden_size * big.num_layers > tiny.hidden_size * tiny.num_layers
     assert big_training.output_dir == "outputs/sft_big"
     assert big.teacher_noise == "none"  # a verifier taught the policy's misreadings could not flag them
+
+
+def test_bench_sft_order_counts_the_padding_of_each_batch_order():
+    """`scripts/bench_sft_order.py`'s share of tokens that are not padding, against hand-computed
+    values: one batch of all rows pads every row to the longest (20 of 32 tokens real) whatever the
+    order; equal rows pad nothing; the ragged last batch is dropped as the recipe drops it (the long
+    row is either dropped, 24 of 24, or pads its batch of four, 30 of 48)."""
+    from scripts.bench_sft_order import useful_share
+
+    for order in ("random", "group_by_length"):
+        assert useful_share([2, 4, 6, 8], 4, order) == pytest.approx(20 / 32)
+        assert useful_share([5] * 12, 4, order) == 1.0
+        assert useful_share([3] * 8 + [9], 4, order, seed=1) in (1.0, pytest.approx(30 / 48))
+    # Sixteen rows, batches of 2: length grouping sorts mega-batches of 4 rows, so a batch mixes a
+    # long and a short row only where a mega-batch holds an odd number of long ones.
+    rows = [1] * 8 + [3] * 8
+    for seed in range(5):
+        assert useful_share(rows, 2, "group_by_length", seed) >= useful_share(rows, 2, "random", seed)
+    assert useful_share(rows, 2, "group_by_length", 0) > 0.8
