@@ -109,6 +109,64 @@ class WorldSFTConfig(SFTConfig):
     train_sampling_strategy: str = field(
         default="random", metadata={"help": "random, sequential, group_by_length or batch_rebalance."}
     )
+    length_buckets: bool = field(
+        default=False,
+        metadata={"help": "Batches of rows of similar length, the batches in random order: less padding than "
+                          "random batches, without group_by_length's sweep from the longest rows to the shortest "
+                          "in each mega-batch. Overrides train_sampling_strategy."},
+    )
+
+
+def length_bucket_indices(lengths: list[int], batch_size: int, generator, mega_batches: int = 50) -> list[int]:
+    """Row order for `length_buckets`: each run of `batch_size` rows is of similar length.
+
+    The rows are shuffled and cut into chunks of `mega_batches` batches; each chunk is sorted by
+    length and cut into batches; then the batches of all chunks are put in a random order. Only the
+    last chunk can end in a ragged batch, and it goes last, where `dataloader_drop_last` drops it.
+    """
+    import torch
+
+    perm = torch.randperm(len(lengths), generator=generator).tolist()
+    chunk = batch_size * mega_batches
+    batches = []
+    for start in range(0, len(perm), chunk):
+        rows = sorted(perm[start:start + chunk], key=lambda i: lengths[i])
+        batches.extend(rows[i:i + batch_size] for i in range(0, len(rows), batch_size))
+    ragged = batches.pop() if batches and len(batches[-1]) < batch_size else []
+    order = torch.randperm(len(batches), generator=generator).tolist()
+    return [i for b in order for i in batches[b]] + ragged
+
+
+class LengthBucketSampler:
+    """A torch sampler over `length_bucket_indices`, a new order each epoch."""
+
+    def __init__(self, lengths: list[int], batch_size: int, seed: int):
+        self.lengths, self.batch_size, self.seed, self.epoch = list(lengths), batch_size, seed, 0
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __iter__(self):
+        import torch
+
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        self.epoch += 1
+        return iter(length_bucket_indices(self.lengths, self.batch_size, generator))
+
+
+def sft_trainer_class():
+    """TRL's SFTTrainer, with the `length_buckets` sampler when the config asks for it."""
+    from trl import SFTTrainer
+
+    class WorldSFTTrainer(SFTTrainer):
+        def _get_train_sampler(self, train_dataset=None):
+            dataset = train_dataset if train_dataset is not None else self.train_dataset
+            if not getattr(self.args, "length_buckets", False) or dataset is None:
+                return super()._get_train_sampler(train_dataset)
+            lengths = [len(ids) for ids in dataset["input_ids"]]
+            return LengthBucketSampler(lengths, self.args.per_device_train_batch_size, self.args.seed)
+
+    return WorldSFTTrainer
 
 
 
@@ -116,8 +174,6 @@ def run(args: WorldSFTArguments, training_args) -> dict:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import SFTTrainer
-
     start = time.time()
     world = args.world_config()
     train_rows = generate("train", args.n_train, args.world_seed, world)
@@ -134,7 +190,7 @@ def run(args: WorldSFTArguments, training_args) -> dict:
             tokenizer.pad_token = tokenizer.eos_token
         model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path)
     dataset = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in corpus])
-    trainer = SFTTrainer(model=model, args=training_args, train_dataset=dataset, processing_class=tokenizer)
+    trainer = sft_trainer_class()(model=model, args=training_args, train_dataset=dataset, processing_class=tokenizer)
     trainer.train()
     train_seconds = time.time() - start
     out = Path(training_args.output_dir)

@@ -86,6 +86,51 @@ def test_verifier_lm_recipe_is_a_larger_model_of_the_same_world():
     assert big.teacher_noise == "none"  # a verifier taught the policy's misreadings could not flag them
 
 
+def test_length_bucket_indices_batches_rows_of_similar_length_in_random_order():
+    """Every row once; with one chunk covering all rows each batch holds one length; the batches'
+    order changes with the seed (not a sweep from short to long); a ragged batch goes last."""
+    lengths = [1] * 8 + [2] * 8 + [3] * 8 + [4] * 8
+    orders = set()
+    for seed in range(6):
+        idx = sft.length_bucket_indices(lengths, 4, torch.Generator().manual_seed(seed))
+        assert sorted(idx) == list(range(32))
+        batches = [[lengths[i] for i in idx[s:s + 4]] for s in range(0, 32, 4)]
+        assert all(len(set(b)) == 1 for b in batches)
+        orders.add(tuple(b[0] for b in batches))
+    assert len(orders) > 1
+    # Chunks of 2 batches (8 rows): each chunk is sorted on its own, so batches mix at most 2 lengths.
+    idx = sft.length_bucket_indices(lengths, 4, torch.Generator().manual_seed(0), mega_batches=2)
+    assert sorted(idx) == list(range(32))
+    # 10 rows, batches of 4: the 2 rows of the ragged batch come last, where drop_last drops them.
+    idx = sft.length_bucket_indices(list(range(10)), 4, torch.Generator().manual_seed(3))
+    assert sorted(idx[:8]) == list(range(8)) and idx[8:] == [8, 9]  # the last chunk's longest rows
+
+
+def test_length_buckets_reach_the_trainer_dataloader(tmp_path):
+    """`--length_buckets true` replaces the trainer's sampler: with rows of two lengths every batch
+    the dataloader makes is free of padding, while random batches of the same rows pad some."""
+    from datasets import Dataset
+
+    from rl.models import build_tiny_causal_lm
+    from reasoning.tokenizer import train_tokenizer
+
+    rows = [{"prompt": "Question: a b", "completion": " c"}] * 8
+    rows += [{"prompt": "Question: a b a b a b a b a b a b", "completion": " c a b c a b c"}] * 8
+    tokenizer = train_tokenizer((r["prompt"] + r["completion"] for r in rows), vocab_size=300)
+    model = build_tiny_causal_lm(tokenizer, "llama", 32, 1, 2, seed=0)
+    padded = {}
+    for buckets in (True, False):
+        args = sft.WorldSFTConfig(output_dir=str(tmp_path), length_buckets=buckets, per_device_train_batch_size=4,
+                                  seed=1, report_to="none", disable_tqdm=True)
+        trainer = sft.sft_trainer_class()(model=model, args=args, train_dataset=Dataset.from_list(rows),
+                                          processing_class=tokenizer)
+        if buckets:
+            assert isinstance(trainer._get_train_sampler(), sft.LengthBucketSampler)
+        padded[buckets] = sum(int((b["attention_mask"] == 0).sum()) for _ in range(3)
+                              for b in trainer.get_train_dataloader())
+    assert padded[True] == 0 and padded[False] > 0
+
+
 def test_bench_sft_order_counts_the_padding_of_each_batch_order():
     """`scripts/bench_sft_order.py`'s share of tokens that are not padding, against hand-computed
     values: one batch of all rows pads every row to the longest (20 of 32 tokens real) whatever the
@@ -93,7 +138,7 @@ def test_bench_sft_order_counts_the_padding_of_each_batch_order():
     row is either dropped, 24 of 24, or pads its batch of four, 30 of 48)."""
     from scripts.bench_sft_order import useful_share
 
-    for order in ("random", "group_by_length"):
+    for order in ("random", "group_by_length", "length_buckets"):
         assert useful_share([2, 4, 6, 8], 4, order) == pytest.approx(20 / 32)
         assert useful_share([5] * 12, 4, order) == 1.0
         assert useful_share([3] * 8 + [9], 4, order, seed=1) in (1.0, pytest.approx(30 / 48))
@@ -103,3 +148,11 @@ def test_bench_sft_order_counts_the_padding_of_each_batch_order():
     for seed in range(5):
         assert useful_share(rows, 2, "group_by_length", seed) >= useful_share(rows, 2, "random", seed)
     assert useful_share(rows, 2, "group_by_length", 0) > 0.8
+    # Length buckets sort chunks of 50 batches (all 16 rows here): no batch mixes the two lengths.
+    assert useful_share(rows, 2, "length_buckets", 0) == 1.0
+    # batch_rebalance pads each of a step's 4 micro-batches on its own: 4 rows a step, one per
+    # micro-batch, pad nothing; 8 rows of two lengths put every length in its own micro-batches.
+    assert useful_share([2, 4, 6, 8], 4, "batch_rebalance") == 1.0
+    assert useful_share([1, 1, 3, 3, 1, 1, 3, 3], 8, "batch_rebalance") == 1.0
+    with pytest.raises(ValueError, match="unknown order"):
+        useful_share([1, 2], 2, "shortest_first")
