@@ -169,11 +169,11 @@ def sft_trainer_class():
     return WorldSFTTrainer
 
 
-
 def run(args: WorldSFTArguments, training_args) -> dict:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
     start = time.time()
     world = args.world_config()
     train_rows = generate("train", args.n_train, args.world_seed, world)

@@ -97,7 +97,6 @@ def main() -> int:
 
     # The share of padding, from the trained tokenizer and the same corpus the runs built.
     from transformers import AutoTokenizer
-
     from trl import TrlParser
 
     from rl.sft import WorldSFTArguments, WorldSFTConfig, build_corpus, generate

@@ -111,8 +111,8 @@ def test_length_buckets_reach_the_trainer_dataloader(tmp_path):
     the dataloader makes is free of padding, while random batches of the same rows pad some."""
     from datasets import Dataset
 
-    from rl.models import build_tiny_causal_lm
     from reasoning.tokenizer import train_tokenizer
+    from rl.models import build_tiny_causal_lm
 
     rows = [{"prompt": "Question: a b", "completion": " c"}] * 8
     rows += [{"prompt": "Question: a b a b a b a b a b a b", "completion": " c a b c a b c"}] * 8
