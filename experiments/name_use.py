@@ -81,9 +81,10 @@ def run_problems(run: Path, policy: str | None, world_seed: int | None, n_eval: 
     stored = json.loads((run / "run_config.json").read_text()) if (run / "run_config.json").exists() else {}
     if stored.get("eval_dataset", "world") != "world":
         raise ValueError(f"{run}: evaluated on {stored['eval_dataset']!r}, not the world")
-    policy = policy or stored.get("policy")
+    policy = policy or stored.get("policy") or stored.get("model_name_or_path")
     if policy is None:
-        raise ValueError(f"{run} has no run_config.json: pass --policy (the policy it started from)")
+        raise ValueError(f"{run} has no run_config.json naming its policy: pass --policy (the policy it "
+                         "started from)")
     seed = world_seed if world_seed is not None else stored.get("world_seed", 0)
     n = n_eval if n_eval is not None else stored.get("n_eval", 500)
     return {r["id"]: r for r in generate("test", n, seed, world_config_of(policy))}

@@ -310,6 +310,61 @@ def test_name_use_figures_by_hand(tmp_path, capsys):
     assert main([str(run)]) == 2 and "--policy" in capsys.readouterr().err
 
 
+def test_reward_on_paths_scores_by_hand(tmp_path, capsys, monkeypatch):
+    """experiments/reward_on_paths.py with a verifier that scores a step 0.9 when it says `right` and 0.2
+    otherwise: a right path (0.9, 0.9), a wrong one (0.9, 0.2), an empty one (counted, not scored); the
+    command reads the policy from a PPO run's `model_name_or_path`, and every input error exits 2 before
+    the verifier is loaded."""
+    import reward_models.load
+    from experiments.reward_on_paths import main, score_rows
+    from reasoning.steps import join_steps
+
+    class Marked:
+        def __init__(self):
+            self.seen = []
+
+        def score(self, questions, paths):
+            self.seen.extend(questions)
+            return [[0.9 if "right" in s else 0.2 for s in steps] for steps in paths]
+
+    problems = w.generate("test", 3, 0)
+    questions = {p["id"]: p["question"] for p in problems}
+    rows = [{"id": problems[0]["id"], "completion": join_steps(["a right", "b right"]), "correct": True},
+            {"id": problems[1]["id"], "completion": join_steps(["a right", "wrong"]), "correct": False},
+            {"id": problems[2]["id"], "completion": "", "correct": False}]
+    verifier = Marked()
+    got = score_rows(verifier, rows, questions, batch_size=1)
+    assert got == pytest.approx({"paths": 3, "empty_paths": 1, "accuracy": 1 / 3, "min_score": (0.9 + 0.2) / 2,
+                                 "mean_score": (0.9 + 0.55) / 2, "min_score_right": 0.9, "min_score_wrong": 0.2,
+                                 "steps": 2.0})
+    assert verifier.seen == [problems[0]["question"], problems[1]["question"]]  # each path with its own question
+    with pytest.raises(KeyError, match="not one of the rebuilt"):
+        score_rows(verifier, [{"id": "world-test-9-0", "completion": "", "correct": False}], questions)
+
+    run = tmp_path / "run_s0"
+    run.mkdir()
+    policy = tmp_path / "policy"
+    policy.mkdir()
+    (run / "run_config.json").write_text(json.dumps({"model_name_or_path": str(policy), "world_seed": 0, "n_eval": 3}))
+    (run / "eval_before_rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows[1:]))
+    (run / "eval_after_rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows[:2]))
+    monkeypatch.setattr(reward_models.load, "load_verifier", lambda spec: Marked())
+    assert main([str(run), "--verifier", "any", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["run_s0 before"]["min_score"] == pytest.approx(0.2) and out["run_s0 before"]["empty_paths"] == 1
+    assert out["run_s0 after"]["min_score"] == pytest.approx(0.55) and out["run_s0 after"]["accuracy"] == 0.5
+
+    def never(spec):
+        raise AssertionError("the verifier was loaded before the inputs were checked")
+
+    monkeypatch.setattr(reward_models.load, "load_verifier", never)
+    (run / "eval_after_rows.jsonl").write_text(json.dumps(rows[0]) + "\n{not json\n")
+    assert main([str(run), "--verifier", "any"]) == 2 and "eval_after_rows.jsonl line 2" in capsys.readouterr().err
+    (run / "eval_after_rows.jsonl").unlink()
+    assert main([str(run), "--verifier", "any"]) == 2 and "does not exist" in capsys.readouterr().err
+    assert main([str(tmp_path / "nothing"), "--verifier", "any"]) == 2 and "not a run folder" in capsys.readouterr().err
+
+
 def test_gain_by_kind_splits_the_change_by_decision_by_hand(tmp_path, capsys):
     """experiments/gain_by_kind.py on rows written by hand: an inverse and a stale problem go from the
     taught misreading to the gold path (won), a problem with neither goes from gold to a directly
