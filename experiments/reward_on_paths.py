@@ -29,6 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from experiments.name_use import run_problems  # noqa: E402
+from reasoning.jsonl import read_jsonl  # noqa: E402
 from reasoning.steps import split_steps  # noqa: E402
 
 
@@ -89,15 +90,10 @@ def main(argv: list[str] | None = None) -> int:
                 path = run / f"eval_{when}_rows.jsonl"
                 if not path.exists():
                     raise ValueError(f"{path} does not exist")
-                rows = []
-                for i, line in enumerate(path.read_text().splitlines(), 1):
-                    if line.strip():
-                        try:
-                            rows.append(json.loads(line))
-                        except json.JSONDecodeError as err:
-                            raise ValueError(f"{path} line {i}: not JSON ({err.msg})") from None
-                        if "id" not in rows[-1]:
-                            raise ValueError(f"{path} line {i}: no 'id' field")
+                rows, lines = read_jsonl(path)  # DatasetError (a ValueError) names the file and line
+                for row, line in zip(rows, lines):
+                    if "id" not in row:
+                        raise ValueError(f"{path}:{line}: no 'id' field")
                 jobs.append((f"{run.name} {when}", rows, questions))
         from reward_models.load import load_verifier
 

@@ -359,7 +359,7 @@ def test_reward_on_paths_scores_by_hand(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(reward_models.load, "load_verifier", never)
     (run / "eval_after_rows.jsonl").write_text(json.dumps(rows[0]) + "\n{not json\n")
-    assert main([str(run), "--verifier", "any"]) == 2 and "eval_after_rows.jsonl line 2" in capsys.readouterr().err
+    assert main([str(run), "--verifier", "any"]) == 2 and "eval_after_rows.jsonl:2" in capsys.readouterr().err
     (run / "eval_after_rows.jsonl").unlink()
     assert main([str(run), "--verifier", "any"]) == 2 and "does not exist" in capsys.readouterr().err
     assert main([str(tmp_path / "nothing"), "--verifier", "any"]) == 2 and "not a run folder" in capsys.readouterr().err
