@@ -7,6 +7,11 @@
 - `TokenClassificationPRMVerifier`: a token-classification model with two labels that reads a
   separator token placed after each step; a step's score is P(label 1) at its separator.
 
+Both load their weights strictly (`reward_models.prm_families.base.load_strictly`): a checkpoint
+that leaves the LM head or the classification head unfilled is refused, never initialised at random.
+The published PRM families with their own input formats (Qwen2.5-Math-PRM, RLHFlow, Skywork) are
+in `reward_models.prm_families`, where these two are registered as `math-shepherd` and `token-prm`.
+
 Both score all steps of a path in one forward pass and batch paths (right padding).
 """
 
@@ -17,6 +22,7 @@ from collections.abc import Sequence
 
 import torch
 
+from reward_models.prm_families.base import load_strictly
 from reward_models.verifier import VerifierInputError, validate_paths
 
 
@@ -102,7 +108,8 @@ class MathShepherdVerifier(_TaggedVerifier):
     def from_pretrained(cls, path: str, **kwargs):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        return cls(AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path), **kwargs)
+        model = load_strictly(AutoModelForCausalLM, path, "math-shepherd")
+        return cls(model, AutoTokenizer.from_pretrained(path), **kwargs)
 
     def render(self, question: str, steps: Sequence[str]) -> str:
         body = "\n".join(f"Step {k + 1}: {s.strip()} {self.marker}" for k, s in enumerate(steps))
@@ -128,7 +135,9 @@ class TokenClassificationPRMVerifier(_TaggedVerifier):
     def from_pretrained(cls, path: str, **kwargs):
         from transformers import AutoModelForTokenClassification, AutoTokenizer
 
-        model = AutoModelForTokenClassification.from_pretrained(path)
+        # strictly: a checkpoint without the classification head (a causal LM, a Qwen2.5-Math-PRM) is
+        # refused, where transformers would initialise the head at random and scores would mean nothing
+        model = load_strictly(AutoModelForTokenClassification, path, "token-prm")
         return cls(model, AutoTokenizer.from_pretrained(path), **kwargs)
 
     def render(self, question: str, steps: Sequence[str]) -> str:

@@ -12,8 +12,12 @@ A spec is one of
   instead of their minimum (a step's per-token likelihood: one near-uniform token, such as a name
   the model picks at random, does not decide every score);
 - `exact`: the world's exact step checker (world problems only; it is built from their rows);
-- `math-shepherd:PATH`: a Math-Shepherd-style causal-LM PRM (P(+) vs P(-) at a step tag);
-- `token-prm:PATH`: a two-label token-classification PRM read at a separator after each step;
+- a published PRM family, scored as its model card does (`reward_models.prm_families`, one module
+  each): `qwen-prm:PATH` (Qwen2.5-Math-PRM), `rlhflow-prm:PATH` (RLHFlow's Llama-3.1 PRMs),
+  `skywork-prm:PATH` (Skywork-o1-Open-PRM), `math-shepherd:PATH` (P(+) vs P(-) at a step tag),
+  `token-prm:PATH` (a two-label token-classification PRM read at a separator after each step);
+- `auto:PATH`: the family (or PSV, implicit PRM) recognised from the checkpoint's config.json and
+  tokenizer files, said on stderr;
 - `implicit:PATH`: PRIME's implicit PRM (`reward_models.implicit_prm`): an LM trained on the
   answer check's outcome labels of the policy's own samples, read against its frozen reference;
   a step's score is sigmoid of the cumulative implicit reward (beta * log-likelihood ratio) so far;
@@ -34,6 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from inference.backends.model_files import check_model_folder, check_model_path
+from reward_models.prm_families import FAMILY_NAMES
 from reward_models.verifier import Verifier
 
 BUILTIN = ("confidence", "step-confidence", "step-likelihood", "exact")
@@ -46,7 +51,7 @@ COMBINE_RULES = ("product", "min")
 def split_spec(spec: str) -> tuple[str, str | None]:
     """("confidence", "PATH") for "confidence:PATH"; (spec, None) when it has no known prefix."""
     head, sep, rest = spec.partition(":")
-    if sep and head in (*CONFIDENCE_SPANS, *COMBINE_RULES, "math-shepherd", "token-prm", "implicit"):
+    if sep and head in (*CONFIDENCE_SPANS, *COMBINE_RULES, *FAMILY_NAMES, "auto", "implicit"):
         return head, rest
     return spec, None
 
@@ -150,11 +155,13 @@ def load_verifier(
         from reward_models.exact import ExactVerifier
 
         return ExactVerifier.from_rows(rows)
-    if spec.startswith("math-shepherd:") or spec.startswith("token-prm:"):
-        from reward_models.adapters import MathShepherdVerifier, TokenClassificationPRMVerifier
+    if head == "auto":
+        return load_verifier(recognise_spec(rest or ""), policy, world_rows=world_rows, batch_size=batch_size,
+                             device=device)
+    if head in FAMILY_NAMES:
+        from reward_models.prm_families import get_family
 
-        kind = MathShepherdVerifier if spec.startswith("math-shepherd:") else TokenClassificationPRMVerifier
-        verifier = kind.from_pretrained(spec.split(":", 1)[1], batch_size=batch_size)
+        verifier = get_family(head).verifier(rest or "", batch_size=batch_size)
         if device is not None:  # e.g. the PPO process's GPU: a 7B PRM must not score on the CPU
             verifier.model.to(device)
         return verifier
@@ -177,12 +184,45 @@ def check_spec(spec: str, policy: str | None = None) -> None:
         from reward_models.implicit_prm import check_implicit_dir
 
         check_implicit_dir(rest or "")
-    elif head in ("math-shepherd", "token-prm"):
+    elif head in (*FAMILY_NAMES, "auto"):
         if not rest:
             raise ValueError(f"verifier {spec!r}: name the model ({head}:PATH)")
         check_model_path(f"verifier {head}:", rest)
+        if head == "auto":
+            recognise_spec(rest, say=False)
     elif spec != "exact":
         _check_psv_dir(spec)
+
+
+def recognise_spec(path: str, *, say: bool = True) -> str:
+    """The spec `auto:PATH` stands for: a PSV or implicit PRM folder as such, else the one PRM family
+    whose recogniser accepts the checkpoint's config.json and tokenizer files; said on stderr
+    (`say`). ValueError naming the families when none or several match."""
+    import sys
+
+    from reward_models.prm_families import get_family
+    from reward_models.prm_families.base import Checkpoint
+
+    check_model_path("verifier auto:", path)
+    if not Path(path).is_dir():
+        raise ValueError(f"verifier auto:{path}: auto reads a local checkpoint folder; name the family "
+                         f"({', '.join(f'{n}:PATH' for n in FAMILY_NAMES)})")
+    if (Path(path) / "implicit_prm.json").exists():
+        name, spec, why = "implicit", f"implicit:{path}", "implicit_prm.json"
+    elif (Path(path) / "psv_config.json").exists() or (Path(path) / "adapter_config.json").exists():
+        name, spec, why = "PSV", path, "psv_config.json or adapter_config.json"
+    else:
+        ckpt = Checkpoint.read(path)
+        found = [(name, reason) for name in FAMILY_NAMES if (reason := get_family(name).recognise(ckpt))]
+        if len(found) != 1:
+            which = "no PRM family" if not found else "several families (" + ", ".join(n for n, _ in found) + ")"
+            raise ValueError(f"verifier auto:{path}: {which} recognised from config.json (architectures "
+                             f"{list(ckpt.architectures)}); name one: {', '.join(f'{n}:PATH' for n in FAMILY_NAMES)}")
+        (name, why), = found
+        spec = f"{name}:{path}"
+    if say:
+        print(f"verifier auto:{path}: read as {name} ({why})", file=sys.stderr)
+    return spec
 
 
 def _confidence_policy(head: str, rest: str | None, policy: str | None) -> str:
