@@ -419,7 +419,7 @@ def check_verifier_spec(spec: str, where: str) -> None:
             continue
         if not Path(part).expanduser().is_dir():
             raise CompareError(f"{where}: {part!r} is not a verifier spec (one of {', '.join(BUILTIN)}, "
-                               "confidence:PATH, step-confidence:PATH, math-shepherd:PATH, token-prm:PATH) "
+                               "confidence:PATH, step-confidence:PATH, a PRM family such as qwen-prm:PATH, auto:PATH) "
                                "nor an existing PSV directory")
 
 

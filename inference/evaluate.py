@@ -137,7 +137,8 @@ class EvalArguments:
         default=None,
         metadata={"help": "Verifier spec: a PSV directory, confidence or step-confidence (the policy's own "
                           "probabilities; confidence:PATH names another policy), exact (world only, an upper "
-                          "reference), math-shepherd:PATH, token-prm:PATH, or product:A,B / min:A,B."},
+                          "reference), a published PRM (qwen-prm:PATH, rlhflow-prm:PATH, skywork-prm:PATH, "
+                          "math-shepherd:PATH, token-prm:PATH, or auto:PATH), or product:A,B / min:A,B."},
     )
     backend: str = field(default="hf", metadata={"help": "Generator backend.", "choices": list(BACKENDS)})
     backend_options: str | None = field(
@@ -859,7 +860,8 @@ def run_from_args(args: EvalArguments, module: types.ModuleType, config: Any) ->
         else:
             if spec not in BUILTIN and ":" not in spec and not Path(spec).is_dir():
                 raise EvaluationError(f"--verifier {spec}: no such directory, and not one of {', '.join(BUILTIN)}, "
-                                      "confidence:PATH, math-shepherd:PATH, token-prm:PATH, product:A,B, min:A,B")
+                                      "confidence:PATH, qwen-prm:PATH (or another PRM family, auto:PATH), product:A,B, "
+                                      "min:A,B")
             try:  # a misspelt PATH or a broken model folder, said before anything is generated
                 check_spec(spec, args.policy)
             except ValueError as e:

@@ -396,7 +396,9 @@ class EvalArguments:
     verifier: str | None = field(
         default=None, metadata={"help": "A spec of reward_models.load: a PSV directory, confidence or "
                                         "step-confidence (read --policy, or name one: step-confidence:PATH), exact "
-                                        "(world data), math-shepherd:PATH, token-prm:PATH, product:A,B or min:A,B."}
+                                        "(world data), a published PRM (qwen-prm:PATH, rlhflow-prm:PATH, "
+                                        "skywork-prm:PATH, math-shepherd:PATH, token-prm:PATH, auto:PATH), "
+                                        "product:A,B or min:A,B."}
     )
     data: str | None = field(
         default=None,

@@ -16,6 +16,7 @@ from safetensors.torch import load_file, save_file
 from tokenizers import AddedToken
 from torch import nn
 from transformers import (
+    AutoTokenizer,
     LlamaConfig,
     LlamaForCausalLM,
     LlamaForTokenClassification,
@@ -112,7 +113,7 @@ def qwen(rows, tmp_path_factory):
     tensors.update({"score.0.weight": w0, "score.0.bias": b0, "score.2.weight": w2, "score.2.bias": b2})
     auto_map = {"AutoModel": "modeling_qwen2_rm.Qwen2ForProcessRewardModel"}
     folder = _save(tmp_path_factory.mktemp("qwen") / "prm", cfg, tok, tensors, {"auto_map": auto_map})
-    return folder, tok, cfg, tensors
+    return folder, AutoTokenizer.from_pretrained(folder), cfg, tensors  # the tokenizer as the card loads it
 
 
 class QwenCardModel(nn.Module):
@@ -204,7 +205,7 @@ def rlhflow(rows, tmp_path_factory):
     folder = tmp_path_factory.mktemp("rlhflow") / "prm"
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
-    return folder, tok
+    return folder, AutoTokenizer.from_pretrained(folder)
 
 
 def rlhflow_card_scores(model, tokenizer, question, steps):
@@ -270,7 +271,7 @@ def skywork(rows, tmp_path_factory):
     w, b = _linear(cfg.hidden_size, 1, 5, scale=3.0)
     tensors.update({"v_head.summary.weight": w, "v_head.summary.bias": b})
     folder = _save(tmp_path_factory.mktemp("skywork") / "prm", cfg, tok, tensors)
-    return folder, tok, cfg, tensors
+    return folder, AutoTokenizer.from_pretrained(folder), cfg, tensors
 
 
 def skywork_card_scores(folder, tokenizer, question, steps):
@@ -308,8 +309,6 @@ def test_skywork_prm_scores_as_its_reference_code(skywork, rows):
     expected = [skywork_card_scores(folder, tok, q, p) for q, p in zip(questions, paths)]
     _close(got, expected)
     assert max(max(s) - min(s) for s in got) > 1e-3
-    with pytest.raises(VerifierInputError, match="skywork-prm's step separator"):
-        verifier.score(["q"], [["two\nlines"]])
 
 
 def test_skywork_prm_refuses_a_checkpoint_without_its_value_head(skywork, tmp_path):
@@ -356,3 +355,86 @@ def test_auto_reads_the_family_from_the_checkpoint_and_says_so(qwen, rlhflow, sk
     tok.save_pretrained(tmp_path / "other")
     with pytest.raises(ValueError, match="no PRM family recognised.*name one: math-shepherd:PATH"):
         check_spec(f"auto:{tmp_path / 'other'}")
+
+
+# ---- the policy's steps are the PRM's steps, whatever either tokenizer -----------------------------
+
+def _metaspace_tokenizer(rows, special, bos):
+    """A SentencePiece-style BPE (Metaspace, no byte fallback): not the policy's byte-level BPE."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tk = Tokenizer(models.BPE(unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Metaspace()
+    tk.decoder = decoders.Metaspace()
+    trainer = trainers.BpeTrainer(vocab_size=350, special_tokens=["<unk>", "<pad>", *special],
+                                  initial_alphabet=[chr(c) for c in range(32, 127)] + ["\n"], show_progress=False)
+    tk.train_from_iterator([r["question"] + "\n" + "\n".join(r["steps"]) for r in rows], trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", pad_token="<pad>", bos_token=bos)
+
+
+@pytest.fixture(scope="module")
+def rlhflow_metaspace(rows, tmp_path_factory):
+    """The RLHFlow stand-in with a SentencePiece-style tokenizer, as Llama checkpoints often have."""
+    tok = _metaspace_tokenizer(rows, ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
+                               "<|begin_of_text|>")
+    tok.chat_template = LLAMA3
+    torch.manual_seed(6)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                      initializer_range=0.3)
+    folder = tmp_path_factory.mktemp("rlhflow_sp") / "prm"
+    LlamaForCausalLM(cfg).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder, AutoTokenizer.from_pretrained(folder)
+
+
+def _policy_completion(row):
+    """A policy's answer in paragraphs (blank lines), the first paragraph of two lines."""
+    first, *rest = row["steps"]
+    return "\n\n".join([first + "\nThat is the first result.", *rest])
+
+
+@pytest.mark.parametrize("family", ["qwen", "rlhflow_metaspace", "skywork"])
+def test_policy_steps_map_one_to_one_onto_prm_steps_and_policy_tokens(family, rows, request):
+    from reasoning.steps import split_steps
+    from rl.step_rewards import assign_rewards, step_end_token_positions
+
+    stand_in = request.getfixturevalue(family)
+    folder, prm_tok = stand_in[0], stand_in[1]
+    spec = {"qwen": "qwen-prm", "rlhflow_metaspace": "rlhflow-prm", "skywork": "skywork-prm"}[family]
+    policy_tok = train_tokenizer([r["question"] + " " + " ".join(r["steps"]) for r in rows[3:]], vocab_size=400)
+    row = rows[2]
+    text = _policy_completion(row)
+    # the two tokenizers cut the same text differently (the policy's splits digits; the PRM's is
+    # Qwen's byte-level BPE, or a SentencePiece-style one)
+    assert policy_tok.tokenize(text) != prm_tok.tokenize(text)
+    steps = split_steps(text).steps
+    assert len(steps) == len(row["steps"]) and "\n" in steps[0]
+    verifier = load_verifier(f"{spec}:{folder}")
+    scores = verifier.score([row["question"]], [steps])[0]
+    assert len(scores) == len(steps)
+    # the PRM's own procedure on the same steps; Skywork's splits the first step at its "\n" and its
+    # score for that policy step is the one at the step's end (its last line)
+    if spec == "qwen-prm":
+        expected = qwen_card_scores(QwenCardModel(folder, stand_in[2]).eval(), prm_tok, row["question"], steps)
+    elif spec == "rlhflow-prm":
+        expected = rlhflow_card_scores(LlamaForCausalLM.from_pretrained(folder).eval(), prm_tok, row["question"], steps)
+    else:
+        per_line = skywork_card_scores(folder, prm_tok, row["question"], steps)
+        assert len(per_line) == len(steps) + 1
+        expected = per_line[1:]
+    _close([scores], [expected])
+    # PPO pays step k's score at the policy token holding step k's last character, found here by hand
+    ids = policy_tok(text, add_special_tokens=False)["input_ids"]
+    decoded, positions = step_end_token_positions(policy_tok, ids)
+    assert decoded == text
+    by_hand, start = [], 0
+    for step in steps:
+        last_char = text.index(step, start) + len(step) - 1
+        start = last_char + 1
+        by_hand.append(next(t for t in range(len(ids)) if len(policy_tok.decode(ids[: t + 1])) > last_char))
+    assert positions == by_hand
+    rewards = assign_rewards(scores, positions, len(ids))
+    assert [rewards[t] for t in by_hand] == pytest.approx(scores)
+    assert sum(1 for r in rewards if r != 0) == len(steps)

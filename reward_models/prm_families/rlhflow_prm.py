@@ -46,11 +46,10 @@ def conversation(question: str, steps: Sequence[str]) -> list[dict]:
 def render(tokenizer, question: str, steps: Sequence[str]) -> tuple[list[int], list[int]]:
     turns = conversation(question, steps)
     ids = chat_ids(tokenizer, turns)
-    good = tokenizer.encode(GOOD)[-1]
     positions = []
     for k in range(len(steps)):
         cut = ids if k == len(steps) - 1 else chat_ids(tokenizer, turns[: 2 * k + 2])
-        if len(cut) < 3 or ids[: len(cut)] != cut or cut[-2] != good:
+        if len(cut) < 3 or ids[: len(cut)] != cut or tokenizer.decode(cut[-2:-1]).strip() != GOOD:
             raise VerifierInputError(
                 f"{NAME}: the chat template does not close the assistant's {GOOD!r} with one token, or renders "
                 f"step {k}'s conversation differently inside the whole one: the card's [-3] reading does not apply")

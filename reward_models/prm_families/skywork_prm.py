@@ -8,8 +8,9 @@ inference). The scoring code followed here (`prepare_input`): the ids of
 `tokenizer.encode(bos_token + problem + "\\n")`, then for each step `tokenizer.encode(step)` (each step
 encoded on its own) followed by the id of the step token "\\n" (`tokenizer.encode("\\n")[-1]`); a
 step's score is sigmoid(value) at that "\\n", the step's last token (`derive_step_rewards` with
-`return_probs=True`). A step holding "\\n" is refused: the card splits a response at every "\\n", so
-it would be scored as several steps.
+`return_probs=True`). A policy's step that holds "\\n" is rendered as the card renders its lines
+(each line encoded, each followed by the step token) and read at its last "\\n": the card's score of
+the path up to the end of that step, so that the scores stay one per policy step.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from reward_models.prm_families.base import (
     PRMFamily,
     load_strictly,
     load_tokenizer,
-    refuse_marker,
 )
 
 NAME = "skywork-prm"
@@ -74,12 +74,12 @@ def load(path: str):
 
 
 def render(tokenizer, question: str, steps: Sequence[str]) -> tuple[list[int], list[int]]:
-    refuse_marker(steps, STEP_TOKEN, NAME)
     ids = tokenizer.encode(tokenizer.bos_token + question + STEP_TOKEN)
     step_token_id = tokenizer.encode(STEP_TOKEN)[-1]
     positions = []
     for step in steps:
-        ids = ids + tokenizer.encode(step) + [step_token_id]
+        for line in step.split(STEP_TOKEN):  # the card's lines; a policy step may hold several
+            ids = ids + (tokenizer.encode(line) if line else []) + [step_token_id]
         positions.append(len(ids) - 1)
     return ids, positions
 
