@@ -17,7 +17,8 @@ A spec is one of
   `skywork-prm:PATH` (Skywork-o1-Open-PRM), `math-shepherd:PATH` (P(+) vs P(-) at a step tag),
   `token-prm:PATH` (a two-label token-classification PRM read at a separator after each step);
 - `auto:PATH`: the family (or PSV, implicit PRM) recognised from the checkpoint's config.json and
-  tokenizer files, said on stderr;
+  tokenizer files, said on stderr; a plain PATH whose architecture is a published PRM's own
+  (`Qwen2ForProcessRewardModel`, `Qwen2ForPrmModel`) is read the same way;
 - `implicit:PATH`: PRIME's implicit PRM (`reward_models.implicit_prm`): an LM trained on the
   answer check's outcome labels of the policy's own samples, read against its frozen reference;
   a step's score is sigmoid of the cumulative implicit reward (beta * log-likelihood ratio) so far;
@@ -165,6 +166,8 @@ def load_verifier(
         if device is not None:  # e.g. the PPO process's GPU: a 7B PRM must not score on the CPU
             verifier.model.to(device)
         return verifier
+    if _published_prm_spec(spec) is not None:
+        return load_verifier(f"auto:{spec}", policy, world_rows=world_rows, batch_size=batch_size, device=device)
     _check_psv_dir(spec)
     from reward_models.psv import PSVVerifier
 
@@ -190,8 +193,27 @@ def check_spec(spec: str, policy: str | None = None) -> None:
         check_model_path(f"verifier {head}:", rest)
         if head == "auto":
             recognise_spec(rest, say=False)
+    elif spec != "exact" and _published_prm_spec(spec) is not None:
+        recognise_spec(spec, say=False)  # the folder's files checked, as for auto:PATH
     elif spec != "exact":
         _check_psv_dir(spec)
+
+
+def _published_prm_spec(path: str) -> str | None:
+    """The family spec of a plain PATH that holds a published PRM of its own architecture (one a PSV
+    or a policy folder never has: `Qwen2ForProcessRewardModel`, `Qwen2ForPrmModel`), else None; a
+    causal LM or token-classification folder stays what it was (a policy, a PSV): name its family."""
+    if psv_dir_kind(path) is not None or not (Path(path) / "config.json").is_file():
+        return None
+    from reward_models.prm_families import get_family
+    from reward_models.prm_families.base import Checkpoint, PRMCheckpointError
+
+    try:
+        ckpt = Checkpoint.read(path)
+    except PRMCheckpointError:
+        return None
+    found = [name for name in FAMILY_NAMES if get_family(name).recognise(ckpt)]
+    return f"{found[0]}:{path}" if len(found) == 1 else None  # auto:PATH then checks the folder and says it
 
 
 def recognise_spec(path: str, *, say: bool = True) -> str:
@@ -250,7 +272,8 @@ def _check_psv_dir(spec: str) -> None:
     if kind == "policy":
         raise ValueError(
             f"{spec} is a causal LM (a policy), not a PSV: train one with `python -m reward_models.train "
-            f"--init_from {spec}`, or use `step-confidence:{spec}` (its own probabilities, no training)"
+            f"--init_from {spec}`, or use `step-confidence:{spec}` (its own probabilities, no training); a "
+            f"published causal-LM PRM is named by its family: `rlhflow-prm:{spec}`, `math-shepherd:{spec}` or `auto:{spec}`"
         )
     where = "no such directory" if not Path(spec).exists() else "not a PSV directory"
     raise ValueError(

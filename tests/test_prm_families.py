@@ -350,6 +350,14 @@ def test_auto_reads_the_family_from_the_checkpoint_and_says_so(qwen, rlhflow, sk
         assert f"verifier auto:{folder}: read as {family} (" in said, said
         assert verifier.score(["q"], [["a", "b"]]) and len(verifier.score(["q"], [["a", "b"]])[0]) == 2
     assert load_verifier(f"auto:{qwen[0]}").family.name == "qwen-prm"
+    # a plain PATH holding a published PRM's own architecture is read as that family too
+    for folder, family in ((qwen[0], "qwen-prm"), (skywork[0], "skywork-prm")):
+        check_spec(str(folder))
+        assert load_verifier(str(folder)).family.name == family
+        assert f"read as {family}" in capsys.readouterr().err
+    # a causal LM stays a policy by its plain path: the message names the PRM specs to use instead
+    with pytest.raises(ValueError, match=f"rlhflow-prm:{rlhflow[0]}"):
+        check_spec(str(rlhflow[0]))
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "config.json").write_text(json.dumps({"architectures": ["BertModel"]}))
     tok.save_pretrained(tmp_path / "other")
