@@ -111,7 +111,8 @@ def qwen(rows, tmp_path_factory):
     w0, b0 = _linear(h, h, 1, scale=3.0)
     w2, b2 = _linear(h, 2, 2, scale=3.0)
     tensors.update({"score.0.weight": w0, "score.0.bias": b0, "score.2.weight": w2, "score.2.bias": b2})
-    auto_map = {"AutoModel": "modeling_qwen2_rm.Qwen2ForProcessRewardModel"}
+    auto_map = {"AutoConfig": "configuration_qwen2_rm.Qwen2RMConfig",
+                "AutoModel": "modeling_qwen2_rm.Qwen2ForProcessRewardModel"}
     folder = _save(tmp_path_factory.mktemp("qwen") / "prm", cfg, tok, tensors, {"auto_map": auto_map})
     return folder, AutoTokenizer.from_pretrained(folder), cfg, tensors  # the tokenizer as the card loads it
 
@@ -161,8 +162,8 @@ def test_qwen_prm_scores_as_its_model_card(qwen, rows):
     _close(got, expected)
     assert max(max(s) - min(s) for s in got) > 1e-3  # the head reads something: scores are not all equal
     assert verifier.tokens_used > 0
-    with pytest.raises(VerifierInputError, match="<extra_0>"):
-        verifier.score(["q"], [["a <extra_0> b"]])
+    with pytest.raises(VerifierInputError, match="row 1: step 0 contains '<extra_0>'"):
+        verifier.score(["q", "q"], [["a"], ["a <extra_0> b"]])
 
 
 def test_qwen_prm_refuses_weights_that_do_not_fill_its_head(qwen, tmp_path):
@@ -270,7 +271,10 @@ def skywork(rows, tmp_path_factory):
     tensors["lm_head.weight"] = torch.randn(len(tok), cfg.hidden_size) * 0.02
     w, b = _linear(cfg.hidden_size, 1, 5, scale=3.0)
     tensors.update({"v_head.summary.weight": w, "v_head.summary.bias": b})
-    folder = _save(tmp_path_factory.mktemp("skywork") / "prm", cfg, tok, tensors)
+    # as the published config.json: tied embeddings, remote-code auto_map (neither read here)
+    auto_map = {"AutoConfig": "configuration_qwen2_rm.Qwen2RMConfig", "AutoModel": "modeling_qwen2_rm.Qwen2ForRewardModel"}
+    folder = _save(tmp_path_factory.mktemp("skywork") / "prm", cfg, tok, tensors,
+                   {"auto_map": auto_map, "tie_word_embeddings": True})
     return folder, AutoTokenizer.from_pretrained(folder), cfg, tensors
 
 
@@ -311,8 +315,16 @@ def test_skywork_prm_scores_as_its_reference_code(skywork, rows):
     assert max(max(s) - min(s) for s in got) > 1e-3
 
 
-def test_skywork_prm_refuses_a_checkpoint_without_its_value_head(skywork, tmp_path):
+def test_skywork_prm_reads_pytorch_weights_and_refuses_a_checkpoint_without_its_value_head(skywork, rows, tmp_path):
     folder, tok, cfg, tensors = skywork
+    # the published Skywork checkpoints ship pytorch_model.bin, not safetensors
+    (tmp_path / "bin").mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (tmp_path / "bin" / name).write_bytes((folder / name).read_bytes())
+    torch.save(tensors, tmp_path / "bin" / "pytorch_model.bin")
+    questions, paths = _paths(rows, 2)
+    _close(load_verifier(f"skywork-prm:{tmp_path / 'bin'}").score(questions, paths),
+           load_verifier(f"skywork-prm:{folder}").score(questions, paths))
     _save(tmp_path / "nohead", cfg, tok, {k: v for k, v in tensors.items() if not k.startswith("v_head.")})
     with pytest.raises(PRMCheckpointError, match=r"missing v_head\.summary\.bias, v_head\.summary\.weight"):
         load_verifier(f"skywork-prm:{tmp_path / 'nohead'}")

@@ -99,7 +99,10 @@ class FamilyVerifier:
 
     def encode(self, question: str, steps: Sequence[str], row: int = 0) -> tuple[list[int], list[int]]:
         """The token ids of one path and the position of each step's score, checked one to one."""
-        ids, positions = self.family.render(self.tokenizer, question, steps)
+        try:
+            ids, positions = self.family.render(self.tokenizer, question, steps)
+        except VerifierInputError as err:
+            raise VerifierInputError(f"row {row}: {err}") from None
         if len(positions) != len(steps):
             raise VerifierInputError(f"row {row}: {self.family.name} found {len(positions)} score positions "
                                      f"for {len(steps)} steps (a separator merged with neighbouring text?)")
