@@ -455,6 +455,11 @@ def test_policy_steps_map_one_to_one_onto_prm_steps_and_policy_tokens(family, ro
         start = last_char + 1
         by_hand.append(next(t for t in range(len(ids)) if len(policy_tok.decode(ids[: t + 1])) > last_char))
     assert positions == by_hand
-    rewards = assign_rewards(scores, positions, len(ids))
+    # PPO's step reward (`--reward step`) is the family's score, one per policy step
+    from rl.rewards import VerifierStepReward
+
+    paid = VerifierStepReward(verifier)([""], [text], question=[row["question"]], steps=[steps])[0]
+    assert paid == pytest.approx(scores)
+    rewards = assign_rewards(paid, positions, len(ids))
     assert [rewards[t] for t in by_hand] == pytest.approx(scores)
     assert sum(1 for r in rewards if r != 0) == len(steps)
