@@ -18,9 +18,19 @@ def greedy_eval(generator, problems: list[Problem], max_new_tokens: int = 192,
                 hooks: ProblemHooks = WORLD_HOOKS) -> dict[str, Any]:
     """Accuracy of greedy decoding, with per-problem rows and, on problems `hooks` classifies (the
     world's), each row's error kind and the error mix."""
+    rows = greedy_rows(generator, problems, max_new_tokens, hooks)
+    return {"summary": summarize_greedy_rows(rows), "rows": rows}
+
+
+def greedy_rows(generator, problems: list[Problem], max_new_tokens: int = 192,
+                hooks: ProblemHooks = WORLD_HOOKS) -> list[dict[str, Any]]:
+    """One row per problem of greedy decoding: prediction, correctness, completion, finish reason,
+    tokens and, on problems `hooks` classifies, the error kind."""
+    if not problems:
+        return []
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
     outputs = generator.generate([solve_prompt(p.question) for p in problems], params)
-    rows, mix = [], Counter()
+    rows = []
     for problem, (completion,) in zip(problems, outputs):
         path = split_steps(completion.text)
         result = grade(completion.text, problem)
@@ -32,9 +42,13 @@ def greedy_eval(generator, problems: list[Problem], max_new_tokens: int = 192,
             if completion.finish_reason == "length":
                 kind = kind or "truncated"
             row["error_kind"] = kind
-            if not result.correct:
-                mix[kind or "unknown"] += 1
         rows.append(row)
+    return rows
+
+
+def summarize_greedy_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Accuracy, truncations, mean tokens and (rows with an error kind) the error mix of greedy rows."""
+    mix = Counter((r["error_kind"] or "unknown") for r in rows if "error_kind" in r and not r["correct"])
     n = len(rows)
     correct = sum(r["correct"] for r in rows)
     summary = {"n": n, "correct": correct, "accuracy": correct / n if n else 0.0,
@@ -42,7 +56,7 @@ def greedy_eval(generator, problems: list[Problem], max_new_tokens: int = 192,
                "mean_completion_tokens": sum(r["completion_tokens"] for r in rows) / max(n, 1)}
     if mix:
         summary["error_mix"] = dict(mix.most_common())
-    return {"summary": summary, "rows": rows}
+    return summary
 
 
 def compare_greedy_rows(before_rows: list[dict], after_rows: list[dict], resamples: int, seed: int) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from transformers import TrainingArguments
 
 from reward_models.load import spec_parts, split_spec
 from reward_models.verifier import AGGREGATIONS
+from rl.distributed import deepspeed_launch, has_gpu
 from rl.ppo_math import ESTIMATORS, REWARD_SCALES, STEP_CREDITS
 from rl.rewards import REWARDS
 from rl.step_rewards import SHAPING_MODES
@@ -318,6 +319,25 @@ class StepPPOConfig(TrainingArguments):
     )
     greedy_eval_batch_size: int = field(default=100, metadata={"help": "Batch size of greedy evaluation."})
     bootstrap_resamples: int = field(default=2000, metadata={"help": "Resamples of the paired bootstrap."})
+
+    def __post_init__(self):
+        if self.ddp_backend is None and deepspeed_launch() and not has_gpu():
+            # TrainingArguments makes the process group here; DeepSpeed without a GPU runs on gloo
+            # (accelerate picks no backend for it, and every rank would be process 0 of 1)
+            self.ddp_backend = "gloo"
+        super().__post_init__()
+
+    def _validate_args(self):
+        if not (self.bf16 and not has_gpu()):
+            return super()._validate_args()
+        # --bf16 is mixed precision run by the trainer's Accelerator: autocast on a CPU, DeepSpeed's
+        # bf16 under DeepSpeed. TrainingArguments' check wants a bf16 GPU or use_cpu (which would
+        # turn DeepSpeed off), so it is skipped for bf16 on a machine without a GPU.
+        self.bf16 = False
+        try:
+            super()._validate_args()
+        finally:
+            self.bf16 = True
 
     def validate(self) -> None:
         def choose(name, value, options):

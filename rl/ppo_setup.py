@@ -5,6 +5,7 @@ built (when absent) by rl/build_defaults.py.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -28,6 +29,7 @@ from reasoning.types import Problem
 from reasoning.world import world_config_of
 from reward_models.load import check_spec, load_verifier, psv_dir_kind, spec_parts
 from reward_models.psv import init_psv_from_policy, load_psv_model
+from rl.distributed import deepspeed_launch, has_gpu, whole_weights
 from rl.ppo_config import BUILDABLE_VERIFIERS, DEFAULT_POLICY, ConfigError, StepPPOConfig
 from rl.ppo_math import ESTIMATORS
 from rl.rewards import REWARDS, load_reward_func
@@ -82,9 +84,47 @@ def check_inputs(args: StepPPOConfig) -> None:
             check_source(name, flag)
         for spec in args.reward_funcs or []:
             load_reward_func(spec)  # the user's reward file: a typo or an error in it, said before any model loads
+        check_launch(args)
         check_run_dir(args)
     except ValueError as err:
         raise ConfigError(str(err)) from None
+
+
+VLLM_CPU_MIN_HEAD_DIM = 32
+"""The smallest attention head dimension the CPU build of vLLM (vllm-cpu 0.31) runs."""
+
+
+def _head_dim(policy: str) -> int | None:
+    path = Path(policy) / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if isinstance(config.get("head_dim"), int):
+        return config["head_dim"]
+    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
+    return hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads else None
+
+
+def check_launch(args: StepPPOConfig) -> None:
+    """ValueError, before any model loads, for a launch whose settings cannot work: DeepSpeed or vLLM
+    asked for and not installed, or vLLM on a machine without a GPU with a policy whose attention
+    heads are narrower than its CPU build runs."""
+    if deepspeed_launch() and importlib.util.find_spec("deepspeed") is None:
+        raise ValueError("the accelerate config asks for DeepSpeed, which is not installed: "
+                         "pip install -c constraints.txt 'steprl[deepspeed]'")
+    if not args.use_vllm:
+        return
+    if importlib.util.find_spec("vllm") is None:
+        raise ValueError("--use_vllm true needs vLLM, which is not installed: pip install -c constraints.txt "
+                         "'steprl[vllm]' on a GPU machine")
+    head_dim = _head_dim(args.policy)
+    if not has_gpu() and head_dim is not None and head_dim < VLLM_CPU_MIN_HEAD_DIM:
+        raise ValueError(f"--use_vllm true on a machine without a GPU: the CPU build of vLLM needs an attention head "
+                         f"dimension of at least {VLLM_CPU_MIN_HEAD_DIM}, and --model_name_or_path {args.policy} has "
+                         f"{head_dim}; use --use_vllm false")
 
 
 def _set_flags(args: StepPPOConfig) -> dict[str, str]:
@@ -143,8 +183,12 @@ def check_prompt_sets(args: StepPPOConfig, sets: dict[str, list[Problem]]) -> tu
 
 
 def _dtype(args: StepPPOConfig):
+    """The dtype the trained models are loaded in. `auto` is float32 with and without --bf16: bf16 is
+    mixed precision (accelerate's autocast, or DeepSpeed's bf16 with float32 master weights), whose
+    updates move the float32 weights; bf16 weights stepped by AdamW lose every update smaller than
+    their rounding step."""
     if args.dtype == "auto":
-        return torch.bfloat16 if args.bf16 else torch.float32
+        return torch.float32
     return {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[args.dtype]
 
 
@@ -167,6 +211,18 @@ def load_policy(args: StepPPOConfig):
         policy = get_peft_model(policy, LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
                                                    target_modules=targets, task_type="CAUSAL_LM"))
     return policy, tokenizer
+
+
+def load_reference(args: StepPPOConfig):
+    """The KL reference: the policy's starting weights, loaded from its folder as the policy is
+    (partitioned under ZeRO-3, where a copy of the partitioned policy would be empty); None under
+    LoRA, whose reference is the base with the adapters disabled."""
+    if args.use_peft:
+        return None
+    from transformers import AutoModelForCausalLM
+
+    ref = AutoModelForCausalLM.from_pretrained(args.policy, dtype=_dtype(args))
+    return ref.requires_grad_(False).eval()
 
 
 def load_critic(args: StepPPOConfig, tokenizer):
@@ -229,7 +285,10 @@ def load_run_problems(args: StepPPOConfig) -> tuple[ProblemSet, ProblemSet | Non
 
 
 def load_verifier_for(args: StepPPOConfig, world_rows: list[dict], device):
-    return load_verifier(args.verifier, args.policy, world_rows=world_rows, device=str(device))
+    """The reward's verifier, whole on every rank (never partitioned by ZeRO-3: each rank scores its
+    own rollouts, with as many forwards as they need)."""
+    with whole_weights():
+        return load_verifier(args.verifier, args.policy, world_rows=world_rows, device=str(device))
 
 
 def load_probe_problems(args: StepPPOConfig, train: list[Problem]) -> list[Problem]:

@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         load_critic,
         load_policy,
         load_probe_problems,
+        load_reference,
         load_run_problems,
         load_verifier_for,
     )
@@ -47,9 +48,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {in_users_words(str(err), flush_deprecations(show=False))}", file=sys.stderr)
         return 2
     flush_deprecations(show=True)
-    from accelerate import PartialState
+    from rl.distributed import distributed_state
 
-    state = PartialState()
+    state = distributed_state()
     import torch
 
     from reasoning.threads import available_cores
@@ -77,11 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     set_seed(args.seed)  # before any weight is made: LoRA matrices and a new value head come from it
     policy, tokenizer = load_policy(args)
     critic = load_critic(args, tokenizer)
+    reference = load_reference(args)  # from the weights, never a copy of a (possibly partitioned) policy
     verifier = None
     if REWARDS[args.reward].verifier:
         verifier = load_verifier_for(args, train_rows, state.device)
-    trainer = StepPPOTrainer(args, policy, tokenizer, critic, verifier, train, evaluation, probe_problems=probe,
-                             prompt_too_long=prompt_too_long)
+    trainer = StepPPOTrainer(args, policy, tokenizer, critic, verifier, train, evaluation, ref_policy=reference,
+                             probe_problems=probe, prompt_too_long=prompt_too_long)
     result = trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     if state.is_main_process:
         print(json.dumps({k: v for k, v in result.items() if not isinstance(v, dict)}))

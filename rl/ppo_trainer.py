@@ -44,9 +44,10 @@ from reasoning.prompts import format_prompts, solve_prompt
 from reasoning.steps import answer_correct, has_answer, split_steps
 from reasoning.types import Problem
 from reward_models.implicit_prm import find_implicit
+from rl import distributed as D
 from rl import ppo_math as M
 from rl import tracking
-from rl.evaluation import compare_greedy_rows, greedy_eval
+from rl.evaluation import compare_greedy_rows, greedy_rows, summarize_greedy_rows
 from rl.hub import push_folder
 from rl.ppo_config import StepPPOConfig
 from rl.problem_hooks import WORLD_HOOKS, ProblemHooks
@@ -121,9 +122,16 @@ class StepPPOTrainer:
                 if model is not None:
                     disable_dropout_in_model(model)
 
-        self.accelerator = Accelerator(mixed_precision="bf16" if config.bf16 else "no",
-                                       **tracking.accelerator_kwargs(config))
+        # --bf16, else the launcher's mixed precision (TrainingArguments reads it from accelerate's
+        # config); the weights stay float32 either way (rl.ppo_setup._dtype)
+        precision = "bf16" if config.bf16 else getattr(config, "mixed_precision", None) or "no"
+        self.accelerator = Accelerator(mixed_precision=precision, **tracking.accelerator_kwargs(config))
         set_seed(config.seed)
+        hidden = getattr(getattr(policy, "config", None), "hidden_size", None)
+        said = D.configure_deepspeed(self.accelerator, config.prompts_per_update * config.samples_per_prompt
+                                     // config.num_mini_batches, config.max_grad_norm, hidden)
+        if said and self.accelerator.is_main_process:
+            D.log(f"DeepSpeed ZeRO-{D.zero_stage(self.accelerator)}: " + "; ".join(said))
         self.tokenizer = tokenizer
         if tokenizer.pad_token_id is None:
             raise ValueError("the policy tokenizer needs a pad token")
@@ -143,9 +151,14 @@ class StepPPOTrainer:
         self.probe_wrong_at_start: list[str] | None = None
         self.is_peft = hasattr(policy, "disable_adapter")
         if ref_policy is None and not self.is_peft:
+            if D.zero_stage(self.accelerator) == 3:
+                raise ValueError("under ZeRO-3 the policy's weights are partitioned: pass a reference policy loaded "
+                                 "from its weights (rl.ppo_setup.load_reference), not a copy of the partitioned model")
             import copy
 
             ref_policy = copy.deepcopy(policy).requires_grad_(False).eval()
+        elif ref_policy is not None:
+            ref_policy = ref_policy.requires_grad_(False).eval()
         if not M.ESTIMATORS[config.advantage_estimator].uses_critic:
             # critic-free estimators: a critic would only cost a model's memory, its forwards and a
             # saved copy (a whole second 7B model on the GPU recipes), so none is kept
@@ -161,7 +174,8 @@ class StepPPOTrainer:
                                            eps=config.adam_epsilon, betas=(config.adam_beta1, config.adam_beta2))
         from transformers import get_scheduler
 
-        total_steps = scheduler_steps(config, self.accelerator.num_processes)
+        total_steps = scheduler_steps(config, self.accelerator.num_processes,
+                                      deepspeed=self.accelerator.state.deepspeed_plugin is not None)
         warmup = config.get_warmup_steps(total_steps) if hasattr(config, "get_warmup_steps") else 0
         self.scheduler = get_scheduler(config.lr_scheduler_type, self.optimizer, num_warmup_steps=warmup,
                                        num_training_steps=total_steps)
@@ -197,15 +211,10 @@ class StepPPOTrainer:
 
     @contextmanager
     def _policy_for_generation(self):
-        """The policy with whole weights: under ZeRO-3 its shards are gathered for generation."""
+        """The policy with whole weights: under ZeRO-3 its shards are gathered (on every rank: the
+        gather is collective), so that each rank generates as many tokens as it needs on its own."""
         policy = self._unwrapped_policy()
-        plugin = self.accelerator.state.deepspeed_plugin
-        if plugin is not None and plugin.zero_stage == 3:  # pragma: no cover - GPU only
-            import deepspeed
-
-            with deepspeed.zero.GatheredParameters(list(policy.parameters())):
-                yield policy
-        else:
+        with D.gathered(policy, self.accelerator):
             yield policy
 
     def _prompts_for_update(self, update: int) -> list[Problem]:
@@ -672,12 +681,10 @@ class StepPPOTrainer:
 
     @torch.no_grad()
     def _policy_fingerprints(self) -> dict[str, str]:
-        """A fingerprint of each rank's policy weights, to check the replicas stayed identical."""
-        total = torch.zeros(2, dtype=torch.float64, device=self.accelerator.device)
-        for k, p in enumerate(self._unwrapped_policy().parameters()):
-            flat = p.detach().double().flatten()
-            total[0] += flat.sum()
-            total[1] += (flat * torch.arange(1, flat.numel() + 1, device=flat.device, dtype=torch.float64)).sum() / (k + 1)
+        """A fingerprint of each rank's policy weights (whole weights, gathered under ZeRO-3), to
+        check the replicas stayed identical."""
+        total = torch.tensor(D.fingerprint(self._unwrapped_policy(), self.accelerator), dtype=torch.float64,
+                             device=self.accelerator.device)
         gathered = self.accelerator.gather(total[None]).tolist()
         return {str(rank): f"{a:.17g}/{b:.17g}" for rank, (a, b) in enumerate(gathered)}
 
@@ -699,20 +706,45 @@ class StepPPOTrainer:
 
     @contextmanager
     def _eval_generator(self):
-        """An HF generator over the policy in eval mode (train mode restored after)."""
-        policy = self._unwrapped_policy()
-        was_training = policy.training
-        policy.eval()
-        try:
-            yield HFGenerator(policy, self.tokenizer, batch_size=self.args.greedy_eval_batch_size,
-                              chat_template=self.args.chat_template)
-        finally:
-            if was_training:
-                policy.train()
+        """An HF generator over the policy in eval mode (train mode restored after), its weights
+        whole (gathered on every rank under ZeRO-3)."""
+        with self._policy_for_generation() as policy:
+            was_training = policy.training
+            policy.eval()
+            try:
+                yield HFGenerator(policy, self.tokenizer, batch_size=self.args.greedy_eval_batch_size,
+                                  chat_template=self.args.chat_template)
+            finally:
+                if was_training:
+                    policy.train()
+
+    def _shard(self, items: list) -> list:
+        """This rank's share of `items` (every num_processes-th, from its index)."""
+        return items[self.accelerator.process_index :: self.accelerator.num_processes]
+
+    def _unshard(self, mine: list, n: int) -> list:
+        """Every rank's `_shard` results, back in the order of the `n` items they came from (collective)."""
+        size = self.accelerator.num_processes
+        if size == 1:
+            return mine
+        from accelerate.utils import gather_object
+
+        shards = gather_object([mine])
+        out: list = [None] * n
+        for rank, shard in enumerate(shards):
+            out[rank::size] = shard
+        return out
+
+    def _greedy(self, gen, problems: list[Problem]) -> dict[str, Any]:
+        """Greedy rows and summary of `problems`, each rank decoding its share (collective)."""
+        rows = greedy_rows(gen, self._shard(problems), max_new_tokens=self.args.max_new_tokens, hooks=self.hooks)
+        rows = self._unshard(rows, len(problems))
+        return {"summary": summarize_greedy_rows(rows), "rows": rows}
 
     def greedy_eval(self) -> dict[str, Any]:
+        """Greedy accuracy on the evaluation problems; every rank takes part (collective)."""
         with self._eval_generator() as gen:
-            return greedy_eval(gen, self.eval_problems, max_new_tokens=self.args.max_new_tokens, hooks=self.hooks)
+            return self._greedy(gen, self.eval_problems)
 
     def probe(self) -> dict[str, float]:
         """The learning curve as the run goes: greedy accuracy on the fixed probe problems, and the
@@ -721,20 +753,23 @@ class StepPPOTrainer:
         greedy already solves; learning shows as greedy accuracy rising and as more right samples
         on the problems it started out getting wrong."""
         args = self.args
-        with self._eval_generator() as gen:
-            greedy = greedy_eval(gen, self.probe_problems, max_new_tokens=args.max_new_tokens, hooks=self.hooks)
+        with self._eval_generator() as gen:  # every rank probes its share of the problems
+            greedy = self._greedy(gen, self.probe_problems)
             out = {"probe/greedy_accuracy": greedy["summary"]["accuracy"]}
             if self.probe_wrong_at_start is None:
                 self.probe_wrong_at_start = [r["id"] for r in greedy["rows"] if not r["correct"]]
-                self.run.probe_wrong_at_start.write_text(json.dumps(self.probe_wrong_at_start))
+                if self.accelerator.is_main_process:
+                    self.run.probe_wrong_at_start.write_text(json.dumps(self.probe_wrong_at_start))
             wrong = set(self.probe_wrong_at_start)
             hard = [p for p in self.probe_problems if p.id in wrong]
             if hard:
+                mine = self._shard(hard)
                 params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                                         top_p=args.top_p, n=args.samples_per_prompt, seed=args.seed + self.update)
-                completions = gen.generate([solve_prompt(p.question) for p in hard], params)
-                right = sum(answer_correct(c.text, p) for p, group in zip(hard, completions) for c in group)
-                out["probe/sampled_accuracy_wrong_at_start"] = right / (len(hard) * args.samples_per_prompt)
+                completions = gen.generate([solve_prompt(p.question) for p in mine], params) if mine else []
+                right = [sum(answer_correct(c.text, p) for c in group) for p, group in zip(mine, completions)]
+                right = self._unshard(right, len(hard))
+                out["probe/sampled_accuracy_wrong_at_start"] = sum(right) / (len(hard) * args.samples_per_prompt)
         return out
 
     def save_checkpoint(self) -> Path:
@@ -747,6 +782,8 @@ class StepPPOTrainer:
             shutil.rmtree(tmp)
         self.accelerator.wait_for_everyone()
         self.accelerator.save_state(str(tmp))
+        policy_weights = self._gathered_policy_weights()  # collective under ZeRO-3
+        self.accelerator.wait_for_everyone()  # every rank's files (its RNG state, its shard) are in tmp
         if self.accelerator.is_main_process:
             state = {"update": self.update, "skipped_batches": self.skipped_batches,
                      "kl_coef": float(self.kl_ctl.value), "reward_stats": self.reward_stats.state_dict(),
@@ -755,7 +792,7 @@ class StepPPOTrainer:
             for k, prm in enumerate(self.online_prms):
                 torch.save(prm.online_state(), tmp / f"implicit_prm_{k}.pt")
             write_trainer_state(tmp / CHECKPOINT_STATE, self.args, self.update, self.run.metrics)
-            _save_policy(self._unwrapped_policy(), self.tokenizer, tmp / RunDir.policy)
+            _save_policy(self._unwrapped_policy(), self.tokenizer, tmp / RunDir.policy, policy_weights)
             self.hooks.carry_files(self.args.policy, tmp / RunDir.policy)
             if final.exists():
                 shutil.rmtree(final)
@@ -766,6 +803,11 @@ class StepPPOTrainer:
                             f"step PPO checkpoint at update {self.update}")
         self.accelerator.wait_for_everyone()
         return final
+
+    def _gathered_policy_weights(self) -> dict[str, torch.Tensor] | None:
+        """Under ZeRO-3 the policy's whole weights (a LoRA policy's adapter) for `save_pretrained`, on
+        the main process; None elsewhere and where the weights are whole already. Collective."""
+        return D.gathered_state_dict(self._unwrapped_policy(), self.accelerator, only_trainable=self.is_peft)
 
     def _prune_checkpoints(self) -> None:
         limit = self.args.save_total_limit
@@ -813,21 +855,24 @@ class StepPPOTrainer:
             metrics_path.unlink()
         if self.accelerator.is_main_process:
             tracking.init_trackers(self.accelerator, args)
+        # evaluation and probes: every rank decodes its share (under ZeRO-3 generation is collective)
         before = None
-        if self.eval_problems and self.accelerator.is_main_process:
+        if self.eval_problems:
             if before_path.exists() and ckpt is not None:
                 before = {"rows": [json.loads(line) for line in before_path.read_text().splitlines()]}
             else:
                 before = self.greedy_eval()
-                write_jsonl(before_path, before["rows"])
-        probing = bool(self.probe_problems) and args.probe_every > 0 and self.accelerator.is_main_process
+                if self.accelerator.is_main_process:
+                    write_jsonl(before_path, before["rows"])
+        probing = bool(self.probe_problems) and args.probe_every > 0
         start_probe = self.run.probe_wrong_at_start
         if probing and ckpt is not None and start_probe.exists():
             self.probe_wrong_at_start = json.loads(start_probe.read_text())
         elif probing:
             first = {"update": 0, **self.probe()}
-            with metrics_path.open("a") as fh:
-                fh.write(json.dumps({**first, "elapsed": self.seconds_before}) + "\n")
+            if self.accelerator.is_main_process:
+                with metrics_path.open("a") as fh:
+                    fh.write(json.dumps({**first, "elapsed": self.seconds_before}) + "\n")
         self.accelerator.wait_for_everyone()
         # the clock counts training (the updates and their probes) from here, as TRL's trainer.train()
         # does for the GRPO peer: the greedy evaluation before training and the first probe are not in it
@@ -859,14 +904,19 @@ class StepPPOTrainer:
         bar.close()
         self.save_checkpoint()
         hashes = self._policy_fingerprints()
+        # collective under ZeRO-3: every rank gathers, the main process saves
+        policy_weights = self._gathered_policy_weights()
+        critic = self.accelerator.unwrap_model(self.model).critic
+        critic_weights = None if critic is None else D.gathered_state_dict(
+            critic, self.accelerator, only_trainable=hasattr(critic, "disable_adapter"))
+        after = self.greedy_eval() if before is not None else None
         result: dict[str, Any] = {}
         if self.accelerator.is_main_process:
             policy = self._unwrapped_policy()
-            _save_policy(policy, self.tokenizer, self.run.policy)
+            _save_policy(policy, self.tokenizer, self.run.policy, policy_weights)
             self.hooks.carry_files(args.policy, self.run.policy)  # e.g. the world's settings
-            critic = self.accelerator.unwrap_model(self.model).critic
             if critic is not None:
-                critic.save_pretrained(str(self.run.critic))
+                critic.save_pretrained(str(self.run.critic), state_dict=critic_weights)
             for k, prm in enumerate(self.online_prms):  # loadable as implicit:OUTPUT_DIR/implicit_prm
                 prm.save_pretrained(str(self.run.implicit_prm if k == 0 else self.out / f"{RunDir.implicit_prm}_{k}"),
                                     extra={"online_updates": self.update, "trained_from": prm.path})
@@ -878,8 +928,7 @@ class StepPPOTrainer:
                       "responses_per_update": args.prompts_per_update * args.samples_per_prompt
                       * self.accelerator.num_processes, "train_seconds": self.train_seconds(),
                       "prompt_too_long": self.prompt_too_long}
-            if before is not None:
-                after = self.greedy_eval()
+            if after is not None:
                 write_jsonl(self.run.after_rows, after["rows"])
                 result.update(compare_greedy_rows(before["rows"], after["rows"], args.bootstrap_resamples, args.seed))
                 if "summary" in after:
@@ -931,11 +980,13 @@ def online_prms(config: StepPPOConfig, verifier) -> list:
     return found
 
 
-def scheduler_steps(config: StepPPOConfig, num_processes: int) -> int:
+def scheduler_steps(config: StepPPOConfig, num_processes: int, deepspeed: bool = False) -> int:
     """Scheduler steps of a whole run. accelerate's prepared scheduler advances `num_processes`
     times per optimizer step (it assumes the batch grew with the processes), so the schedule's
-    length is the optimizer steps times the processes, or a linear schedule would end early."""
-    return config.num_updates * config.ppo_epochs * config.num_mini_batches * max(1, num_processes)
+    length is the optimizer steps times the processes, or a linear schedule would end early; under
+    DeepSpeed the engine steps the scheduler itself, once per optimizer step."""
+    steps = config.num_updates * config.ppo_epochs * config.num_mini_batches
+    return steps if deepspeed else steps * max(1, num_processes)
 
 
 def every_n_updates(steps: float, total: int) -> int:
@@ -1006,7 +1057,9 @@ def resolve_checkpoint(out: Path, resume: str | None) -> Path | None:
     return path
 
 
-def _save_policy(policy, tokenizer, path: Path) -> None:
+def _save_policy(policy, tokenizer, path: Path, state_dict: dict[str, torch.Tensor] | None = None) -> None:
+    """The policy (or its LoRA adapter) and tokenizer with `save_pretrained`; `state_dict`: its
+    whole weights where the module holds only a shard (ZeRO-3)."""
     path.mkdir(parents=True, exist_ok=True)
-    policy.save_pretrained(str(path))
+    policy.save_pretrained(str(path), state_dict=state_dict)
     tokenizer.save_pretrained(str(path))

