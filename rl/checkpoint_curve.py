@@ -12,7 +12,8 @@ absent). Prints a markdown table and writes OUTPUT_DIR/checkpoint_curve.json, an
 rows as OUTPUT_DIR/checkpoint_rows/update-N.jsonl, which `scripts/rl_comparison.py RUN@N` reads to
 compare runs of different lengths at the same update.
 
-Checkpoints written by DeepSpeed (no `model.safetensors`) are reported and skipped.
+Under DeepSpeed a checkpoint's policy is read from its `policy/` folder (the gathered weights);
+where there is none (a LoRA run under DeepSpeed), the checkpoint is reported and skipped.
 """
 
 from __future__ import annotations
@@ -39,8 +40,12 @@ def policy_state_from_checkpoint(path: Path) -> dict:
     from safetensors.torch import load_file
 
     weights = path / "model.safetensors"
+    saved = path / "policy" / "model.safetensors"  # the gathered policy beside DeepSpeed's own shards
+    if not weights.exists() and saved.exists():
+        return load_file(str(saved))
     if not weights.exists():
-        raise FileNotFoundError(f"{path}: no model.safetensors (a DeepSpeed checkpoint is not read here)")
+        raise FileNotFoundError(f"{path}: neither model.safetensors nor policy/model.safetensors (a LoRA "
+                                "checkpoint under DeepSpeed keeps only its adapter)")
     state = {k[len(POLICY_PREFIX):]: v for k, v in load_file(str(weights)).items() if k.startswith(POLICY_PREFIX)}
     if not state:
         raise ValueError(f"{weights}: no '{POLICY_PREFIX}*' weights: not a PPO checkpoint")
