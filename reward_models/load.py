@@ -12,6 +12,8 @@ A spec is one of
   instead of their minimum (a step's per-token likelihood: one near-uniform token, such as a name
   the model picks at random, does not decide every score);
 - `exact`: the world's exact step checker (world problems only; it is built from their rows);
+- `exact-noisy:accept=A/kinds=K+K/reject=R/seed=S`: that checker with systematic errors, the same
+  verdict every time a step text appears (`reward_models.exact_noisy`): a PRM quality axis;
 - a published PRM family, scored as its model card does (`reward_models.prm_families`, one module
   each): `qwen-prm:PATH` (Qwen2.5-Math-PRM), `rlhflow-prm:PATH` (RLHFlow's Llama-3.1 PRMs),
   `skywork-prm:PATH` (Skywork-o1-Open-PRM), `math-shepherd:PATH` (P(+) vs P(-) at a step tag),
@@ -52,7 +54,7 @@ COMBINE_RULES = ("product", "min")
 def split_spec(spec: str) -> tuple[str, str | None]:
     """("confidence", "PATH") for "confidence:PATH"; (spec, None) when it has no known prefix."""
     head, sep, rest = spec.partition(":")
-    if sep and head in (*CONFIDENCE_SPANS, *COMBINE_RULES, *FAMILY_NAMES, "auto", "implicit"):
+    if sep and head in (*CONFIDENCE_SPANS, *COMBINE_RULES, *FAMILY_NAMES, "auto", "implicit", "exact-noisy"):
         return head, rest
     return spec, None
 
@@ -149,6 +151,10 @@ def load_verifier(
         from reward_models.implicit_prm import ImplicitPRM
 
         return ImplicitPRM.from_pretrained(rest or "", batch_size=batch_size, device=device)
+    if head == "exact-noisy":
+        from reward_models.exact_noisy import load
+
+        return load(rest, world_rows)
     if spec == "exact":
         rows = [r for r in (world_rows or []) if isinstance(r, dict) and "world" in r]
         if not rows:
@@ -183,6 +189,10 @@ def check_spec(spec: str, policy: str | None = None) -> None:
             check_spec(part, policy)
     elif head in CONFIDENCE_SPANS:
         _confidence_policy(head, rest, policy)
+    elif head == "exact-noisy":
+        from reward_models.exact_noisy import parse_noise_spec
+
+        parse_noise_spec(rest)
     elif head == "implicit":
         from reward_models.implicit_prm import check_implicit_dir
 
