@@ -175,3 +175,13 @@ def fingerprint(module, accelerator) -> list[float]:
             total[0] += flat.sum()
             total[1] += (flat * torch.arange(1, flat.numel() + 1, dtype=torch.float64)).sum() / (k + 1)
     return total.tolist()
+
+
+def peak_memory_gib(device) -> float:
+    """This process's peak memory so far, GiB: the GPU's allocated peak on CUDA, else the process's
+    peak resident set (what a CPU run holds)."""
+    if torch.device(device).type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux reports KiB

@@ -653,6 +653,7 @@ class StepPPOTrainer:
             "skipped_batches": float(self.skipped_batches),
             "time/generate": t_gen, "time/reward": t_reward, "time/optimize": t_opt,
             "time/update": time.time() - t0,
+            "memory/peak_gib": D.peak_memory_gib(self.accelerator.device),
         })
         return self._mean_over_ranks(out)
 

