@@ -94,6 +94,34 @@ def configure_deepspeed(accelerator, micro_batch: int, max_grad_norm: float, hid
     return said
 
 
+def deepspeed_dtype(accelerator) -> torch.dtype | None:
+    """The dtype DeepSpeed trains in (its bf16 or fp16 section), None without DeepSpeed."""
+    plugin = accelerator.state.deepspeed_plugin
+    if plugin is None:
+        return None
+    config = plugin.deepspeed_config
+    for key, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        if str(config.get(key, {}).get("enabled", False)).lower() == "true":
+            return dtype
+    return torch.float32
+
+
+def match_trainable_dtype(module, accelerator) -> int:
+    """Under DeepSpeed, the trainable parameters that are whole (not partitioned) in the dtype the
+    engine trains in: its optimizer flattens every trainable parameter into one buffer of one
+    dtype, and peft makes LoRA adapters float32 over a bf16 base that ZeRO-3 loaded. DeepSpeed
+    keeps its own float32 master copy. Returns how many were cast."""
+    dtype = deepspeed_dtype(accelerator)
+    if dtype is None:
+        return 0
+    cast = 0
+    for p in module.parameters():
+        if p.requires_grad and not _is_partitioned(p) and p.dtype != dtype and p.is_floating_point():
+            p.data = p.data.to(dtype)
+            cast += 1
+    return cast
+
+
 @contextmanager
 def whole_weights():
     """Models loaded inside are whole on every rank, not partitioned by ZeRO-3's `zero.Init` (which

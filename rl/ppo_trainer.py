@@ -166,6 +166,7 @@ class StepPPOTrainer:
         elif critic is None:
             raise ValueError(f"--advantage_estimator {config.advantage_estimator} needs a critic")
         self.model = PolicyAndCritic(policy, critic)
+        D.match_trainable_dtype(self.model, self.accelerator)  # DeepSpeed flattens them into one buffer
         params = [{"params": [p for p in policy.parameters() if p.requires_grad], "lr": config.learning_rate}]
         if critic is not None:
             params.append({"params": [p for p in critic.parameters() if p.requires_grad],

@@ -195,15 +195,17 @@ def test_a_saved_policy_reloads_and_decodes_as_the_trainer_did(float32_runs):
 
 @needs_deepspeed
 @pytest.mark.parametrize("launcher", list(LAUNCHERS))
-def test_lora_with_the_answer_check_in_bf16_under_each_shipped_config(models, tmp_path, launcher):
-    """LoRA, the critic-free group estimator and the answer check, with each config's own mixed
-    precision (bf16: autocast under DDP, DeepSpeed's bf16 with float32 master weights under ZeRO)."""
+def test_lora_with_a_critic_and_the_answer_check_in_bf16_under_each_shipped_config(models, tmp_path, launcher):
+    """LoRA on the policy and on the critic (its value head trained whole), the answer check, with
+    each config's own mixed precision (bf16: autocast under DDP, DeepSpeed's bf16 with float32
+    master weights under ZeRO; under ZeRO-3 the float32 adapters over the bf16 base that ZeRO-3
+    loaded are put in one dtype for DeepSpeed's flat buffer)."""
     from peft import AutoPeftModelForCausalLM
     from safetensors.torch import load_file
 
     out = tmp_path / launcher
     launch(*LAUNCHERS[launcher], ppo_args(models, out, "--use_peft", "true", "--lora_r", "4", "--reward", "gold",
-                                          "--advantage_estimator", "group", "--learning_rate", "1e-2"))
+                                          "--learning_rate", "1e-2"))
     assert json.loads((out / "eval.json").read_text())["processes"] == 2
     adapter = load_file(str(out / "policy" / "adapter_model.safetensors"))
     lora_b = [v for k, v in adapter.items() if "lora_B" in k]
@@ -211,7 +213,9 @@ def test_lora_with_the_answer_check_in_bf16_under_each_shipped_config(models, tm
     assert max(v.abs().max().item() for v in lora_b) > 0  # LoRA B starts at zero: it trained
     model = AutoPeftModelForCausalLM.from_pretrained(str(out / "policy"))
     assert model.peft_config["default"].r == 4
-    assert not (out / "critic").exists()
+    critic = load_file(str(out / "critic" / "adapter_model.safetensors"))
+    head = [v for k, v in critic.items() if k.endswith("score.weight")]
+    assert len(head) == 1 and head[0].shape == (1, 32)  # the value head, whole
 
 
 @needs_deepspeed
