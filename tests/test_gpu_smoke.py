@@ -76,6 +76,7 @@ def test_help_names_the_default_model():
 def test_the_same_script_runs_every_ppo_case_on_this_cpu(tmp_path):
     """No GPU here: the script runs its PPO cases with 2 CPU processes (gloo, bf16 autocast) on a
     tiny world policy and prints its table; vLLM's cases are SKIPped where vLLM is not installed."""
+    import json
     import os
     import sys
 
@@ -83,10 +84,19 @@ def test_the_same_script_runs_every_ppo_case_on_this_cpu(tmp_path):
         import pytest
 
         pytest.skip("deepspeed is not installed (scripts/setup_env.sh installs the [deepspeed] extra)")
-    sys.path.insert(0, str(ROOT / "tests"))
-    from tiny_world_policy import save_tiny_world_policy
+    from reasoning.prompts import solve_prompt
+    from reasoning.steps import join_steps
+    from reasoning.tokenizer import train_tokenizer
+    from reasoning.world import WorldConfig, generate
+    from rl.models import build_tiny_causal_lm
 
-    model = save_tiny_world_policy(tmp_path / "policy")
+    # attention heads of 32 (hidden 64, 2 heads): the smallest the CPU build of vLLM runs
+    model, world = tmp_path / "policy", WorldConfig(min_steps=1, max_steps=2)
+    rows = generate("train", 50, 0, world)
+    tok = train_tokenizer([solve_prompt(r["question"]) + join_steps(r["steps"]) for r in rows], vocab_size=300)
+    build_tiny_causal_lm(tok, hidden_size=64, num_layers=1, num_heads=2, seed=0).save_pretrained(model)
+    tok.save_pretrained(model)
+    (model / "world_config.json").write_text(json.dumps(world.__dict__))
     env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(ROOT))
     env.pop("ACCELERATE_USE_CPU", None)
     done = subprocess.run(["bash", str(SCRIPT), "--model", str(model), "--work", str(tmp_path / "work"), "--steps", "2",
