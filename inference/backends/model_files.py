@@ -96,3 +96,20 @@ def _check_safetensors(flag: str, path: Path) -> None:
     need = 8 + n + max([e for e in ends if isinstance(e, int)], default=0)
     if size < need:
         raise ModelFilesError(f"{flag} {path}: truncated ({size} of {need} bytes); {again}")
+
+
+def head_dim_of(folder: str | Path) -> int | None:
+    """The attention head dimension a saved model's config.json gives (`head_dim`, else hidden size
+    over heads); None where it has no readable config or says neither."""
+    import json
+
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    if isinstance(config.get("head_dim"), int):
+        return config["head_dim"]
+    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
+    return hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads else None
