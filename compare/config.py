@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "configs" / "compare" / "tiny_world.yaml"
 QUICK_CONFIG = ROOT / "configs" / "compare" / "quick.yaml"
 
-BUDGET_KEYS = ("num_updates", "prompts_per_update", "samples_per_prompt", "n_prompts", "max_new_tokens", "seed",
+BUDGET_KEYS = ("max_steps", "prompts_per_update", "num_generations", "n_prompts", "max_completion_length", "seed",
                "dataset", "temperature")
 """PPO flags that make up the budget: the same for every PPO run."""
 REFERENCE = "stepco_exact"
@@ -57,9 +57,9 @@ def _verifier_lm_args() -> dict[str, Any]:
 
 
 def _ppo_args() -> dict[str, Any]:
-    return {"num_updates": 120, "prompts_per_update": 16, "samples_per_prompt": 8, "n_prompts": 4000,
-            "max_new_tokens": 128, "seed": 0, "advantage_estimator": "group", "num_mini_batches": 4,
-            "learning_rate": 2e-5, "kl_coef": 0.02, "reward_shaping": "raw", "outcome_aggregation": "mean",
+    return {"max_steps": 120, "prompts_per_update": 16, "num_generations": 8, "n_prompts": 4000,
+            "max_completion_length": 128, "seed": 0, "advantage_estimator": "group", "num_mini_batches": 4,
+            "learning_rate": 2e-5, "beta": 0.02, "reward_shaping": "raw", "outcome_aggregation": "mean",
             "eval_dataset": "none", "save_steps": 20, "report_to": "none", "disable_tqdm": True}
 
 
@@ -304,18 +304,44 @@ def parse_set(item: str) -> dict[str, Any]:
 def load_config(path: str | Path | None = None, quick: bool = False, sets: Sequence[str] = (),
                 overrides: dict[str, Any] | None = None) -> CompareConfig:
     """The embedded default, then the file, the quick overlay, `--set` items and `overrides`."""
+    from rl.setting_names import Deprecations
+
+    notes = Deprecations()
     values = plain(CompareConfig())
     if path is not None:
-        values = deep_merge(values, _read_yaml(Path(path)))
+        values = deep_merge(values, with_ppo_names(_read_yaml(Path(path)), notes, f"{path}: "))
     if quick:
-        values = deep_merge(values, _read_yaml(QUICK_CONFIG))
+        values = deep_merge(values, with_ppo_names(_read_yaml(QUICK_CONFIG), notes, f"{QUICK_CONFIG}: "))
     for item in sets:
-        values = deep_merge(values, parse_set(item))
+        values = deep_merge(values, with_ppo_names(parse_set(item), notes, "--set "))
     if overrides:
-        values = deep_merge(values, overrides)
+        values = deep_merge(values, with_ppo_names(overrides, notes, ""))
+    notes.print()
     config = _build(CompareConfig, values, "")
     validate(config)
     return config
+
+
+def with_ppo_names(values: dict[str, Any], notes=None, where: str = "") -> dict[str, Any]:
+    """A config mapping whose PPO flags (`ppo.args`, `ppo.runs.<name>.args`) written under earlier
+    setting names are translated to TRL's (rl/setting_names.py; each noted in `notes` when given)."""
+    from rl.ppo_config import ConfigError
+    from rl.setting_names import translate_settings
+
+    ppo = values.get("ppo")
+    if not isinstance(ppo, dict):
+        return values
+    ppo = dict(ppo)
+    try:
+        if isinstance(ppo.get("args"), dict):
+            ppo["args"] = translate_settings(ppo["args"], notes, f"{where}ppo.args.")
+        if isinstance(ppo.get("runs"), dict):
+            ppo["runs"] = {name: ({**run, "args": translate_settings(run["args"], notes, f"{where}ppo.runs.{name}.args.")}
+                                  if isinstance(run, dict) and isinstance(run.get("args"), dict) else run)
+                           for name, run in ppo["runs"].items()}
+    except ConfigError as err:
+        raise CompareError(str(err)) from None
+    return {**values, "ppo": ppo}
 
 
 def validate(cfg: CompareConfig) -> None:
@@ -332,8 +358,7 @@ def validate(cfg: CompareConfig) -> None:
     if len(set(cfg.policies)) != len(cfg.policies):
         raise CompareError("policies: a policy is named twice")
     for name, run in cfg.ppo.runs.items():
-        budget = {ppo_flag_name(k) for k in BUDGET_KEYS}
-        clash = sorted(k for k in run.args if ppo_flag_name(k) in budget)
+        clash = sorted(k for k in run.args if k in BUDGET_KEYS)
         if clash:
             raise CompareError(f"ppo.runs.{name}.args.{clash[0]}: a budget flag; set it in ppo.args so every "
                                "PPO run has the same budget")
@@ -445,37 +470,17 @@ def check_training_flags(cfg: CompareConfig) -> None:
     for name, run in cfg.ppo.runs.items():
         if name not in cfg.policies or run.path:
             continue
-        values = {**{ppo_flag_name(k): ("ppo.args", v) for k, v in ppo_flags(cfg.ppo.args).items()},
-                  **{ppo_flag_name(k): (f"ppo.runs.{name}.args", v) for k, v in ppo_flags(run.args).items()},
+        values = {**{k: ("ppo.args", v) for k, v in cfg.ppo.args.items()},
+                  **{k: (f"ppo.runs.{name}.args", v) for k, v in run.args.items()},
                   "reward": (f"ppo.runs.{name}.reward", run.reward)}
-        (ppo,) = _parse_flags("rl/ppo_step.py", (StepPPOConfig,), values)
-        try:
-            ppo.validate()
-        except ValueError as e:
-            raise CompareError(f"ppo.runs.{name} (with ppo.args): {e}") from None
+        _parse_flags("rl/ppo_step.py", (StepPPOConfig,), values, settings=f"ppo.runs.{name} (with ppo.args)")
 
 
-def ppo_flag_name(key: str) -> str:
-    """A PPO flag of a compare config by its current name (configs may use the earlier names)."""
-    from rl.ppo_config import DEPRECATED_NAMES
-
-    return DEPRECATED_NAMES.get(key, key)
-
-
-def ppo_flags(args: dict[str, Any]) -> dict[str, Any]:
-    """PPO flags of a compare config under their current names (`rl.ppo_config.rename_settings`),
-    with no deprecation line: the compare config's own vocabulary keeps the earlier names."""
-    from rl.ppo_config import ConfigError, rename_settings
-
-    try:
-        return rename_settings(args, where=None)
-    except ConfigError as err:
-        raise CompareError(f"ppo args: {err}") from None
-
-
-def _parse_flags(script: str, types: tuple[type, ...], values: dict[str, tuple[str, Any]]) -> list[Any]:
+def _parse_flags(script: str, types: tuple[type, ...], values: dict[str, tuple[str, Any]],
+                 settings: str | None = None) -> list[Any]:
     """`values` (flag -> (config section, value)) parsed by the script's own dataclasses; an
-    unknown flag or a bad value is a CompareError naming the config key."""
+    unknown flag or a bad value is a CompareError naming the config key, and settings that do not
+    work together (the dataclass's own checks) one naming `settings` (default: the script)."""
     import argparse
 
     from trl import TrlParser
@@ -495,7 +500,7 @@ def _parse_flags(script: str, types: tuple[type, ...], values: dict[str, tuple[s
     except CompareError:
         raise
     except (ValueError, TypeError, argparse.ArgumentError) as e:
-        raise CompareError(f"{script}: {e}") from None
+        raise CompareError(f"{settings or script}: {e}") from None
     unknown = [x[2:] for x in rest if x.startswith("--")]
     if unknown:
         flag = unknown[0].replace("-", "_")
@@ -534,4 +539,4 @@ def method_config(module, options: dict[str, Any], seed: int):
 
 def from_dict(values: dict[str, Any]) -> CompareConfig:
     """A config from its nested-dict form (`plain`), e.g. a resolved config file; not validated."""
-    return _build(CompareConfig, values, "")
+    return _build(CompareConfig, with_ppo_names(values), "")

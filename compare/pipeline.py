@@ -22,8 +22,6 @@ from compare.config import (
     CompareError,
     method_config,
     plain,
-    ppo_flag_name,
-    ppo_flags,
 )
 from compare.curves import sample_curve, stepco_curve, token_sources
 from compare.evaluation import cells, eval_groups, evaluate_policy, load_eval_problems, read_cell
@@ -147,14 +145,13 @@ def run(cfg: CompareConfig, out: Path, command: str = "") -> dict[str, Any]:
                                "hash": None if art.given else art.hash, "seconds": marker.get("seconds"), "info": info}
     ppo_budget = None
     if any(a.kind == "ppo" and not a.given for a in arts.values()):
-        a = ppo_flags(cfg.ppo.args)
-        ppo_budget = {k: a.get(ppo_flag_name(k)) for k in BUDGET_KEYS}
+        ppo_budget = {k: cfg.ppo.args.get(k) for k in BUDGET_KEYS}
         from rl.ppo_config import StepPPOConfig
 
         defaults = {f.name: f.default for f in dataclasses.fields(StepPPOConfig)}
-        ppo_budget = {k: (v if v is not None else defaults.get(ppo_flag_name(k))) for k, v in ppo_budget.items()}
-        ppo_budget["responses"] = ppo_budget["num_updates"] * ppo_budget["prompts_per_update"] * ppo_budget[
-            "samples_per_prompt"]
+        ppo_budget = {k: (v if v is not None else defaults.get(k)) for k, v in ppo_budget.items()}
+        ppo_budget["responses"] = ppo_budget["max_steps"] * ppo_budget["prompts_per_update"] * ppo_budget[
+            "num_generations"]
     report_seconds = time.time() - t2
     summary = {
         "dataset": cfg.eval.dataset, "n_problems": len(problems_list), "problems_fingerprint": fingerprint,

@@ -48,10 +48,10 @@ def write_report(path: Path, s: dict[str, Any], cfg: CompareConfig) -> None:
              "revise can do with a perfect verifier, not a method.\n")
     ppo = s.get("ppo_budget")
     if ppo:
-        L.append(f"**PPO budget** (the same for every PPO policy): {ppo['num_updates']} updates × "
-                 f"{ppo['prompts_per_update']} prompts × {ppo['samples_per_prompt']} samples = "
+        L.append(f"**PPO budget** (the same for every PPO policy): {ppo['max_steps']} updates × "
+                 f"{ppo['prompts_per_update']} prompts × {ppo['num_generations']} samples = "
                  f"{ppo['responses']:,} sampled responses from {ppo['n_prompts']} training prompts ({ppo['dataset']}), "
-                 f"response limit {ppo['max_new_tokens']} tokens, seed {ppo['seed']}. Rewards: "
+                 f"response limit {ppo['max_completion_length']} tokens, seed {ppo['seed']}. Rewards: "
                  + "; ".join(f"{policy_label(n)}: {run_reward(cfg, n)}" for n in cfg.ppo.runs if n in cfg.policies)
                  + ". Each PPO row is **one training seed**, one draw of a run whose gain moves from seed to seed: "
                  f"the figures of this recipe over three or more seeds are in {cfg.ppo.seeds_page or 'docs/results/README.md'}.\n")

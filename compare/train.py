@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from compare.cache import MARKER, Artefact, ppo_verifier_spec, write_marker
-from compare.config import ROOT, VERIFIER_LM, CompareConfig, CompareError, ppo_flags, to_argv
+from compare.config import ROOT, VERIFIER_LM, CompareConfig, CompareError, to_argv
 from compare.jobs import log, run_logged
 from rl.run_dir import RunDir
 
@@ -38,7 +38,7 @@ def ppo_argv(cfg: CompareConfig, name: str, arts: dict[str, Artefact]) -> list[s
         threads = ["--num_threads", "1" if cfg.workers > 1 else "0"]
     spec = ppo_verifier_spec(cfg, name, arts)
     verifier = ["--verifier", spec] if spec is not None else []
-    return to_argv(ppo_flags({**cfg.ppo.args, **run.args})) + [
+    return to_argv({**cfg.ppo.args, **run.args}) + [
         "--reward", run.reward, "--model_name_or_path", arts["sft"].spec, *verifier,
         "--output_dir", str(art.dir), "--build_missing", "false", "--resume_from_checkpoint", "auto", *threads]
 

@@ -30,9 +30,9 @@ POLICY_PREFIX = "policy."  # PolicyAndCritic keeps the policy under this name
 
 def checkpoint_points(out: Path) -> list[tuple[int, Path]]:
     """(update, checkpoint directory) in update order, from the run's `checkpoint-N` folders."""
-    from rl.ppo_trainer import latest_checkpoints
+    from rl.run_dir import RunDir
 
-    return sorted(((int(p.name.split("-")[1]), p) for p in latest_checkpoints(out)), key=lambda t: t[0])
+    return [(int(p.name.split("-")[1]), p) for p in RunDir(out).checkpoints()]
 
 
 def policy_state_from_checkpoint(path: Path) -> dict:
@@ -70,13 +70,15 @@ of rl/ppo_step.py given here overrides it (python -m rl.ppo_step --help lists th
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rl.ppo_config import ConfigError, parse_config
+    from rl.ppo_cli import parse_config
+    from rl.ppo_config import ConfigError
     from rl.run_dir import RunDir, with_stored_settings
 
     if {"-h", "--help"} & set(sys.argv[1:] if argv is None else argv):
         import textwrap
 
-        from rl.ppo_config import INHERITED_IN_USE, StepPPOConfig
+        from rl.ppo_cli import INHERITED_IN_USE
+        from rl.ppo_config import StepPPOConfig
 
         names = " ".join(f"--{n}" for n in dict.fromkeys([*StepPPOConfig.__annotations__, *sorted(INHERITED_IN_USE)]))
         print(USAGE + "\nflags that override the run's settings:\n" + textwrap.fill(names, 100, initial_indent="  ",
@@ -114,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     def evaluate() -> list[dict]:
         policy.eval()
         gen = HFGenerator(policy, tokenizer, batch_size=args.greedy_eval_batch_size, chat_template=args.chat_template)
-        return greedy_eval(gen, problems, max_new_tokens=args.max_new_tokens)["rows"]
+        return greedy_eval(gen, problems, max_new_tokens=args.max_completion_length)["rows"]
 
     before_file = RunDir(out).before_rows
     if before_file.exists():

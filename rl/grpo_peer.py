@@ -34,7 +34,8 @@ from reasoning.jsonl import write_jsonl  # noqa: E402
 from reasoning.prompts import solve_prompt  # noqa: E402
 from reasoning.threads import threads_for_baseline  # noqa: E402
 from reasoning.types import Problem  # noqa: E402
-from rl.ppo_config import ConfigError, StepPPOConfig, parse_with_ppo_settings  # noqa: E402
+from rl.ppo_cli import parse_with_ppo_settings  # noqa: E402
+from rl.ppo_config import ConfigError, StepPPOConfig  # noqa: E402
 from rl.rewards import answer_check  # noqa: E402
 from rl.run_dir import RunDir  # noqa: E402
 

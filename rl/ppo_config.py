@@ -4,12 +4,7 @@ subclass whose defaults are the embedded CPU run; a YAML recipe (`--config`) tur
 
 from __future__ import annotations
 
-import os
-import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field, fields
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass, field
 
 from transformers import TrainingArguments
 
@@ -19,7 +14,6 @@ from rl.distributed import deepspeed_launch, has_gpu
 from rl.ppo_math import ESTIMATORS, REWARD_SCALES, STEP_CREDITS
 from rl.rewards import REWARDS
 from rl.step_rewards import SHAPING_MODES
-from rl.tracking import report_to
 
 DEFAULT_POLICY = "outputs/sft_tiny"
 """The default policy: `python -m rl.sft`'s embedded default, built first when absent (rl/build_defaults.py)."""
@@ -326,6 +320,7 @@ class StepPPOConfig(TrainingArguments):
             # (accelerate picks no backend for it, and every rank would be process 0 of 1)
             self.ddp_backend = "gloo"
         super().__post_init__()
+        self.validate()
 
     def _validate_args(self):
         if not (self.bf16 and not has_gpu()):
@@ -340,6 +335,10 @@ class StepPPOConfig(TrainingArguments):
             self.bf16 = True
 
     def validate(self) -> None:
+        """ValueError (one line, naming the flag) for settings that cannot work together. Every rule
+        on the settings alone is here, written once; run on every config made (`__post_init__`), so
+        the trainer and the set-up trust the config they are given. What the settings point at
+        (files, models, prompt sets) is checked in rl/ppo_setup.py."""
         def choose(name, value, options):
             if value not in options:
                 raise ValueError(f"--{name} must be one of {', '.join(options)}; got {value!r}")
@@ -385,6 +384,8 @@ class StepPPOConfig(TrainingArguments):
         if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs or []):
             raise ValueError(f"--reward_weights gives {len(self.reward_weights)} weights for "
                              f"{len(self.reward_funcs or [])} --reward_funcs")
+        if REWARDS[self.reward].verifier and "exact" in spec_parts(self.verifier) and self.dataset != "world":
+            raise ValueError("the exact verifier checks world problems only: use --dataset world")
         if self.reward_clip is not None and self.reward_clip <= 0:
             raise ValueError(f"--reward_clip must be > 0, got {self.reward_clip}")
         check_online_update(self)
@@ -397,9 +398,7 @@ class StepPPOConfig(TrainingArguments):
         if REWARDS[self.reward].verifier or not REWARDS[self.reward].gold:  # the answer check alone
             raise ValueError("--advantage_estimator mc_values grades its continuations with the answer check: it "
                              f"needs --reward gold, got {self.reward!r}")
-        if self.reward_funcs:
-            raise ValueError("--advantage_estimator mc_values values its continuations by the answer check alone: "
-                             "it cannot add --reward_funcs")
+        check_no_added_rewards(self.advantage_estimator, len(self.reward_funcs or []), "--reward_funcs")
         if self.gamma != 1:
             raise ValueError("--advantage_estimator mc_values estimates undiscounted values (--gamma 1), got "
                              f"--gamma {self.gamma}")
@@ -409,6 +408,14 @@ class StepPPOConfig(TrainingArguments):
         if self.use_vllm:
             raise ValueError("--advantage_estimator mc_values samples its continuations with --use_vllm false only, "
                              "got --use_vllm true")
+
+
+def check_no_added_rewards(estimator: str, added: int, what: str = "reward functions") -> None:
+    """ValueError when reward functions are added to --advantage_estimator mc_values, whose values
+    are the answer check's alone (the flag's `--reward_funcs` and the trainer's `reward_funcs=`)."""
+    if added and ESTIMATORS[estimator].monte_carlo:
+        raise ValueError("--advantage_estimator mc_values values its continuations by the answer check alone: "
+                         f"it cannot add {what}")
 
 
 def check_online_update(config: StepPPOConfig) -> None:
@@ -424,447 +431,3 @@ def check_online_update(config: StepPPOConfig) -> None:
         raise ValueError(f"--verifier_online_steps must be >= 1, got {config.verifier_online_steps}")
     if not config.verifier_online_learning_rate > 0:
         raise ValueError(f"--verifier_online_learning_rate must be > 0, got {config.verifier_online_learning_rate}")
-
-
-DEPRECATED_NAMES = {
-    "policy": "model_name_or_path",
-    "num_updates": "max_steps",
-    "samples_per_prompt": "num_generations",
-    "max_new_tokens": "max_completion_length",
-    "ppo_epochs": "num_iterations",
-    "cliprange": "epsilon",
-    "kl_coef": "beta",
-    "rollout_backend": "use_vllm",
-}
-"""Earlier names of StepPPOConfig fields -> the names TRL's GRPOConfig gives the same settings.
-Flags, recipe keys and `StepPPOConfig(...)` keywords still take them (flags and recipes with a
-deprecation line); attributes of those names read and write the new fields."""
-
-
-def _alias(new: str) -> property:
-    def get(self):
-        return getattr(self, new)
-
-    def set_(self, value):
-        setattr(self, new, value)
-
-    return property(get, set_, doc=f"The earlier name of `{new}`.")
-
-
-for _old, _new in DEPRECATED_NAMES.items():
-    if _old != "rollout_backend":
-        setattr(StepPPOConfig, _old, _alias(_new))
-
-
-def _get_rollout_backend(self) -> str:
-    return "vllm" if self.use_vllm else "hf"
-
-
-def _set_rollout_backend(self, value: str) -> None:
-    self.use_vllm = _use_vllm(value)
-
-
-StepPPOConfig.rollout_backend = property(_get_rollout_backend, _set_rollout_backend,  # type: ignore[attr-defined]
-                                         doc="The earlier form of `use_vllm`: 'vllm' or 'hf'.")
-_dataclass_init = StepPPOConfig.__init__
-
-
-def _init_with_earlier_names(self, *args, **kwargs):
-    _dataclass_init(self, *args, **rename_settings(kwargs, where=None))
-
-
-StepPPOConfig.__init__ = _init_with_earlier_names  # type: ignore[method-assign]
-
-
-INHERITED_IN_USE = frozenset({
-    "output_dir", "overwrite_output_dir", "learning_rate", "lr_scheduler_type", "weight_decay", "max_grad_norm",
-    "adam_beta1", "adam_beta2", "adam_epsilon", "warmup_steps", "warmup_ratio", "bf16", "seed", "save_steps",
-    "save_total_limit", "logging_steps", "logging_dir", "report_to", "run_name", "project", "disable_tqdm",
-    "gradient_checkpointing", "resume_from_checkpoint", "push_to_hub", "hub_model_id", "hub_token",
-    "hub_private_repo", "max_steps",
-})
-"""The `TrainingArguments` fields that step PPO reads; every other inherited flag is refused."""
-
-INHERITED_INSTEAD = {
-    "per_device_train_batch_size": "--prompts_per_update (prompts per update per process) and --num_generations",
-    "per_device_eval_batch_size": "--greedy_eval_batch_size",
-    "auto_find_batch_size": "--prompts_per_update and --generation_batch_size",
-    "gradient_accumulation_steps": "--num_mini_batches (minibatches per pass over a rollout batch)",
-    "num_train_epochs": "--max_steps (PPO updates)",
-    "optim": "--learning_rate, --weight_decay, --adam_beta1, --adam_beta2, --adam_epsilon (step PPO uses AdamW)",
-    "eval_strategy": "--eval_dataset (greedy accuracy before and after) and --probe_every (a learning curve)",
-    "eval_steps": "--probe_every",
-    "do_eval": "--eval_dataset",
-    "save_strategy": "--save_steps (0: only at the end)",
-    "logging_strategy": "--logging_steps",
-    "fp16": "--dtype float16, or --bf16",
-    "hub_strategy": "--push_to_hub (it pushes every checkpoint and the final policy)",
-    "data_seed": "--seed",
-}
-"""What to use instead of an inherited flag that step PPO does not read."""
-
-TRACKER_MODULES = {"wandb": ("wandb",), "tensorboard": ("tensorboard", "tensorboardX"), "trackio": ("trackio",),
-                   "comet_ml": ("comet_ml",), "aim": ("aim",), "mlflow": ("mlflow",), "clearml": ("clearml",),
-                   "dvclive": ("dvclive",), "swanlab": ("swanlab",)}
-"""The trackers of `--report_to` and the package each needs."""
-
-
-def _close(name: str, names) -> str:
-    """"; did you mean --X?" with the closest of `names` (an earlier name suggests the current one)."""
-    match = difflib_match(name, set(names) | set(DEPRECATED_NAMES))
-    match = DEPRECATED_NAMES.get(match, match) if match else None
-    return f"; did you mean --{match}?" if match else ""
-
-
-def flag_names(argv: list[str]) -> list[str]:
-    """The field names of the flags on a command line (`--x v`, `--x=v`, `--no_x`)."""
-    bools = {f.name for f in fields(StepPPOConfig) if isinstance(f.default, bool)}  # argparse adds --no_X
-    names = [t[2:].split("=", 1)[0] for t in argv if t.startswith("--") and len(t) > 2 and t != "--help"]
-    return [n[3:] if n.startswith("no_") and n[3:] in bools else n for n in names]
-
-
-def check_given_names(flags: list[str], keys: list[str]) -> None:
-    """ConfigError (one line) for a flag step PPO does not know (with the closest name) or an
-    inherited `TrainingArguments` flag or recipe key it does not use (with the flag that does it).
-    An unknown recipe key is left to the parser, which names it with its value."""
-    known = {f.name for f in fields(StepPPOConfig)}
-    usable = set(StepPPOConfig.__annotations__) | INHERITED_IN_USE
-    for name, where in [*((k, "recipe key") for k in keys), *((f, "flag") for f in flags)]:
-        if name not in known:
-            if where == "flag":
-                raise ConfigError(f"unknown flag --{name}{_close(name, usable)}")
-            continue
-        if name not in usable:
-            instead = INHERITED_INSTEAD.get(name)
-            hint = f"use {instead}" if instead else "remove it (--help lists the flags that work)"
-            raise ConfigError(f"--{name} is a TrainingArguments flag that step PPO does not use: {hint}")
-
-
-def check_report_to(value) -> None:
-    """ConfigError (one line) for a tracker that does not exist or is not installed."""
-    import importlib.util
-
-    for tracker in report_to(value):
-        if tracker == "all":
-            continue
-        modules = TRACKER_MODULES.get(tracker)
-        if modules is None:
-            match = difflib_match(tracker, TRACKER_MODULES)
-            raise ConfigError(f"--report_to {tracker}: not a tracker (one of none, all, {', '.join(TRACKER_MODULES)})"
-                              + (f"; did you mean {match}?" if match else ""))
-        if not any(importlib.util.find_spec(m) is not None for m in modules):
-            raise ConfigError(f"--report_to {tracker}: {modules[0]} is not installed (pip install {modules[0]}, or "
-                              "pip install 'steprl[tracking]'), or pass --report_to none")
-
-
-def difflib_match(name: str, names) -> str | None:
-    import difflib
-
-    match = difflib.get_close_matches(name, list(names), n=1, cutoff=0.6)
-    return match[0] if match else None
-
-
-_SIMPLE_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
-
-
-def check_field_types(config) -> None:
-    """ConfigError for a value of the wrong type in one of StepPPOConfig's own fields (a YAML recipe's
-    values are not converted the way flags are: `max_steps: [1]` would fail deep inside the run)."""
-    for name, annotation in StepPPOConfig.__annotations__.items():
-        parts = [p.strip() for p in str(annotation).split("|")]
-        value = getattr(config, name)
-        if value is None and "None" in parts:
-            continue
-        allowed = tuple(t for p in parts for t in _SIMPLE_TYPES.get(p, ()))
-        if not allowed:
-            continue
-        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
-            raise ConfigError(f"--{name} must be {' or '.join(parts)}, got {value!r}")
-
-
-_NOTES: list[tuple[str, str]] = []
-"""(where, earlier name) of the parse in progress: printed once it succeeds (a failed one prints its
-error alone, in the names the user wrote)."""
-
-
-def _deprecated(where: str, old: str) -> None:
-    _NOTES.append((where, old))
-
-
-def _print_notes() -> None:
-    for where, old in _NOTES:  # where: "--" for a flag, "RECIPE: " for a recipe key
-        dash = "--" if where == "--" else ""
-        print(f"warning: {where}{old} is deprecated: use {dash}{DEPRECATED_NAMES[old]} (TRL's name)", file=sys.stderr)
-
-
-def in_users_words(message: str, earlier: set[str]) -> str:
-    """An error message with the flags the user gave under their earlier names named that way."""
-    import re
-
-    for old in earlier:
-        if old == "rollout_backend":
-            message = message.replace("--use_vllm false", "--rollout_backend hf")
-            message = message.replace("--use_vllm true", "--rollout_backend vllm")
-        message = re.sub(rf"--{DEPRECATED_NAMES[old]}\b", f"--{old}", message)
-    return message
-
-
-def _use_vllm(value: Any) -> Any:
-    """`rollout_backend` (hf / vllm) as the value of `use_vllm`."""
-    if value in ("hf", "vllm"):
-        return value == "vllm"
-    raise ConfigError(f"--rollout_backend must be hf or vllm, got {value!r} (it is now --use_vllm true/false)")
-
-
-def rename_settings(values: dict[str, Any], where: str | None = "") -> dict[str, Any]:
-    """`values` (field -> value) with the earlier names of fields replaced by TRL's (a deprecation
-    line each, unless `where` is None); ConfigError when both names are given."""
-    out = dict(values)
-    for old, new in DEPRECATED_NAMES.items():
-        if old not in out:
-            continue
-        if new in out:
-            raise ConfigError(f"{where or ''}{old} and {new} are the same setting ({new} is TRL's name): give one")
-        value = out.pop(old)
-        out[new] = _use_vllm(value) if old == "rollout_backend" else value
-        if where is not None:
-            _deprecated(where, old)
-    return out
-
-
-def rename_argv(argv: list[str]) -> list[str]:
-    """A command line with the flags of earlier field names replaced by TRL's (a deprecation line each)."""
-    out: list[str] = []
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        name, eq, value = token[2:].partition("=") if token.startswith("--") else ("", "", "")
-        if name not in DEPRECATED_NAMES:
-            out.append(token)
-            i += 1
-            continue
-        _deprecated("--", name)
-        new = DEPRECATED_NAMES[name]
-        if name == "rollout_backend":
-            if not eq:
-                if i + 1 >= len(argv):
-                    raise ConfigError("--rollout_backend needs a value (hf or vllm)")
-                value, i = argv[i + 1], i + 1
-            out.append(f"--{new}={'true' if _use_vllm(value) else 'false'}")
-        else:
-            out.append(f"--{new}{eq}{value}")
-        i += 1
-    return out  # renamed in place: of an earlier and a current name, the later flag wins, as argparse does
-
-
-def read_recipe(path: str) -> dict[str, Any]:
-    """A YAML recipe as field -> value (earlier names renamed, a deprecation line each); its `env`
-    mapping is set in the environment, as TRL's parser does."""
-    import yaml
-
-    try:
-        recipe = yaml.safe_load(Path(path).read_text())
-    except OSError as err:
-        raise ConfigError(f"--config {path}: {err.strerror or err}") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise ConfigError(f"--config {path}: not YAML ({' '.join(str(err).split())[:160]})") from None
-    if recipe is None:
-        recipe = {}
-    if not isinstance(recipe, dict):
-        raise ConfigError(f"--config {path}: must hold a YAML mapping of settings")
-    env = recipe.pop("env", {})
-    if not isinstance(env, dict):
-        raise ConfigError(f"--config {path}: `env` must be a mapping")
-    for key, value in env.items():
-        os.environ[str(key)] = str(value)
-    return rename_settings({str(k): v for k, v in recipe.items()}, f"{path}: ")
-
-
-def _pop_config(argv: list[str]) -> tuple[list[str], str | None]:
-    out, path, i = [], None, 0
-    while i < len(argv):
-        if argv[i] == "--config":
-            if i + 1 >= len(argv):
-                raise ConfigError("--config needs a recipe path")
-            path, i = argv[i + 1], i + 2
-        elif argv[i].startswith("--config="):
-            path, i = argv[i].split("=", 1)[1], i + 1
-        else:
-            out.append(argv[i])
-            i += 1
-    return out, path
-
-
-def build_parser():
-    """TRL's parser of StepPPOConfig whose --help lists step PPO's own flags first, then the
-    inherited `TrainingArguments` flags it uses; the inherited flags it refuses are left out."""
-    import argparse
-
-    from trl import TrlParser
-
-    parser = TrlParser((StepPPOConfig,))
-    parser.error = _raise_config_error  # type: ignore[method-assign]
-    own = parser.add_argument_group("step PPO (rl/ppo_config.py; --config RECIPE.yaml sets any of them)")
-    inherited = parser.add_argument_group("inherited from transformers.TrainingArguments (these work; the others "
-                                          "are refused)")
-    fields_order = list(StepPPOConfig.__annotations__)
-    for group in list(parser._action_groups):
-        if group in (own, inherited):
-            continue
-        for action in list(group._group_actions):
-            if action.dest == "help":
-                continue
-            group._group_actions.remove(action)
-            if action.dest in fields_order:
-                own._group_actions.append(action)
-            elif action.dest in INHERITED_IN_USE:
-                inherited._group_actions.append(action)
-            else:
-                action.help = argparse.SUPPRESS
-                group._group_actions.append(action)
-        if not group._group_actions and group.title not in ("positional arguments", "options", "optional arguments"):
-            parser._action_groups.remove(group)
-    own._group_actions.sort(key=lambda a: fields_order.index(a.dest) if a.dest in fields_order else 0)
-    return parser
-
-
-def flush_deprecations(show: bool) -> set[str]:
-    """The earlier names the last parse met (printed as deprecation lines when `show`), forgotten."""
-    if show:
-        _print_notes()
-    earlier = {old for _, old in _NOTES}
-    _NOTES.clear()
-    return earlier
-
-
-def parse_config(argv: list[str] | None = None, defer_notes: bool = False) -> StepPPOConfig:
-    """StepPPOConfig from flags and `--config RECIPE.yaml` (TRL's parser), checked: ConfigError (one
-    line) for an unknown flag or recipe key (with the closest name), an inherited flag step PPO does
-    not use, a value of the wrong type, a missing recipe, a tracker that is not there or a bad value.
-    The earlier names of fields (`DEPRECATED_NAMES`) are taken: a deprecation line each when the
-    settings are good, and an error names a setting as the user wrote it. `defer_notes`: the caller
-    checks more first, then calls `flush_deprecations` (rl/ppo_step.py: the inputs and the data)."""
-    _NOTES.clear()
-    try:
-        config = _parse(argv)
-    except ConfigError as err:
-        raise ConfigError(in_users_words(str(err), flush_deprecations(show=False))) from None
-    if not defer_notes:
-        flush_deprecations(show=True)
-    return config
-
-
-def parse_with_ppo_settings(argv: list[str] | None, own: type | None, uses: frozenset[str], run: str, *,
-                            required: tuple[str, ...] = (), defaults: dict[str, Any] | None = None,
-                            check: Callable[[StepPPOConfig, Any], None] | None = None
-                            ) -> tuple[StepPPOConfig, Any]:
-    """The settings of a baseline trained beside PPO (rl/grpo_peer.py, rl/rft.py): the StepPPOConfig
-    fields it shares with a PPO run (`uses`, TRL's names: their defaults are the PPO run's, written
-    once, here) and its own dataclass `own` (None: it has none; then None comes back in its place).
-    Earlier flag names are renamed as parse_config renames them (a deprecation line each). A PPO flag
-    outside `uses` is refused rather than silently ignored, and so is `--config` (a PPO recipe sets
-    much the baseline would not use); `required` flags must be given; `defaults` are the few shared
-    fields whose default the baseline sets otherwise (each a reason in its module); `check(config,
-    own)` raises ConfigError for what the baseline cannot use, before the PPO run's own checks (whose
-    messages speak of PPO). ConfigError (one line, in the names the user wrote) as parse_config."""
-    _NOTES.clear()
-    try:
-        parsed = _parse_baseline(argv, own, uses, run, required, defaults, check)
-    except ConfigError as err:
-        raise ConfigError(in_users_words(str(err), flush_deprecations(show=False))) from None
-    flush_deprecations(show=True)
-    return parsed
-
-
-def _parse_baseline(argv, own, uses, run, required, defaults, check) -> tuple[StepPPOConfig, Any]:
-    import yaml
-    from trl import TrlParser
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if any(t == "--config" or t.startswith("--config=") for t in argv):
-        raise ConfigError(f"{run} takes flags, not --config (a PPO recipe holds settings it does not use)")
-    argv = rename_argv(argv)
-    types = (StepPPOConfig,) if own is None else (StepPPOConfig, own)
-    own_fields = {f.name for f in fields(own)} if own else set()
-    takes = set(uses) | own_fields
-    ppo_fields = {f.name for f in fields(StepPPOConfig)}
-    own_bools = {f.name for f in fields(own) if isinstance(f.default, bool)} if own else set()
-    for name in flag_names(argv):
-        name = name[3:] if name.startswith("no_") and name[3:] in own_bools else name
-        if name not in ppo_fields | own_fields:
-            earlier = {old for old, new in DEPRECATED_NAMES.items() if new in takes}
-            match = difflib_match(name, takes | earlier)
-            hint = f"; did you mean --{DEPRECATED_NAMES.get(match, match)}?" if match else ""
-            raise ConfigError(f"unknown flag --{name}{hint}")
-    given = _flags_given(types, argv)
-    unused = sorted((given & ppo_fields) - set(uses))
-    if unused:
-        raise ConfigError(f"{run} does not use --{unused[0]} (a PPO setting); it takes "
-                          + ", ".join(f"--{name}" for name in sorted(takes)))
-    missing = [name for name in required if name not in given]
-    if missing:
-        raise ConfigError(f"{run} needs --{missing[0]}")
-    parser = TrlParser(types)
-    if defaults:
-        parser.set_defaults(**defaults)
-    parser.error = _raise_config_error  # type: ignore[method-assign]
-    try:
-        configs = parser.parse_args_into_dataclasses(args=argv)
-    except ConfigError:
-        raise
-    except (ValueError, TypeError, AttributeError, OSError, yaml.YAMLError) as err:
-        raise ConfigError(" ".join(str(err).split()) or type(err).__name__) from None
-    config = configs[0]
-    check_field_types(config)
-    if check is not None:
-        check(config, configs[1] if own else None)
-    try:
-        config.validate()
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    return config, (configs[1] if own else None)
-
-
-def _flags_given(types: tuple[type, ...], argv: list[str]) -> set[str]:
-    """The fields of `types` that `argv` sets (abbreviated flags and `--no_x` included)."""
-    from transformers import HfArgumentParser
-
-    parser = HfArgumentParser(types)
-    parser.error = _raise_config_error  # type: ignore[method-assign]
-    unset = object()
-    parser.set_defaults(**{action.dest: unset for action in parser._actions})
-    namespace, _ = parser.parse_known_args(argv)
-    return {name for name, value in vars(namespace).items() if value is not unset and name != "help"}
-
-
-def _raise_config_error(message: str):  # argparse would print the whole usage and exit
-    raise ConfigError(message)
-
-
-def _parse(argv: list[str] | None) -> StepPPOConfig:
-    import yaml
-
-    parser = build_parser()
-    argv, recipe_path = _pop_config(list(sys.argv[1:] if argv is None else argv))
-    argv = rename_argv(argv)
-    recipe = read_recipe(recipe_path) if recipe_path else {}
-    check_given_names(flag_names(argv), list(recipe))
-    try:
-        unknown = parser.set_defaults_with_config(**recipe)
-        if unknown:
-            raise ConfigError(f"Unknown arguments from config file: {unknown}"
-                              + _close(unknown[0].lstrip("-"), set(StepPPOConfig.__annotations__) | INHERITED_IN_USE))
-        (config,) = parser.parse_args_into_dataclasses(args=argv)
-    except ConfigError:
-        raise
-    except (ValueError, TypeError, AttributeError, OSError, yaml.YAMLError) as err:
-        raise ConfigError(" ".join(str(err).split()) or type(err).__name__) from None
-    check_field_types(config)
-    check_report_to(config.report_to)
-    if config.push_to_hub and os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
-        raise ConfigError("--push_to_hub needs the Hub, and HF_HUB_OFFLINE is set")
-    try:
-        config.validate()
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    return config

@@ -464,7 +464,7 @@ class Estimator:
     uses_critic: bool
     """Values in every forward, a critic trained and warmed up; False: no critic is kept at all."""
     groups: bool
-    """Needs the samples of a prompt together (samples_per_prompt >= 2)."""
+    """Needs the samples of a prompt together (num_generations >= 2)."""
     kl_in_loss: bool
     """The KL penalty is a loss term (GRPO's placement), not subtracted from the rewards."""
     normalised: bool

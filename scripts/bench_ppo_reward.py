@@ -26,7 +26,7 @@ def main() -> int:
     parser.add_argument("--verifier", default="outputs/psv_tiny")
     parser.add_argument("--updates", type=int, default=6)
     parser.add_argument("--prompts_per_update", type=int, default=32)
-    parser.add_argument("--samples_per_prompt", type=int, default=2)
+    parser.add_argument("--num_generations", type=int, default=2)
     a = parser.parse_args()
 
     from rl.ppo_config import StepPPOConfig
@@ -36,9 +36,9 @@ def main() -> int:
     trainers = {}
     tmp = tempfile.mkdtemp(prefix="bench_ppo_")
     for reward in ("step", "outcome"):
-        args = StepPPOConfig(output_dir=f"{tmp}/{reward}", policy=a.policy, verifier=a.verifier, reward=reward,
+        args = StepPPOConfig(output_dir=f"{tmp}/{reward}", model_name_or_path=a.model_name_or_path, verifier=a.verifier, reward=reward,
                              build_missing=False, prompts_per_update=a.prompts_per_update,
-                             samples_per_prompt=a.samples_per_prompt, report_to="none", disable_tqdm=True)
+                             num_generations=a.num_generations, report_to="none", disable_tqdm=True)
         train, rows = load_problems("world", args.n_prompts, args, "train")
         policy, tok = load_policy(args)
         critic = load_critic(args, tok)
@@ -65,7 +65,7 @@ def main() -> int:
     ratio = mean(times["step"]["update"]) / mean(times["outcome"]["update"])
     reward_ratio = mean(times["step"]["reward"]) / mean(times["outcome"]["reward"])
     print(f"step/outcome time per update: {ratio:.3f}x (target <= 1.15); reward computation alone: {reward_ratio:.3f}x")
-    print(f"({a.updates} timed updates each, {a.prompts_per_update}x{a.samples_per_prompt} responses per update)")
+    print(f"({a.updates} timed updates each, {a.prompts_per_update}x{a.num_generations} responses per update)")
     return 0
 
 

@@ -152,8 +152,8 @@ def test_report_and_plot_render_from_given_rows(tmp_path):
     assert "N=1: 0.500 @ 60; N=2: 1.000 @ 100" in text and "Apportioned tokens" not in text
     assert "python scripts/compare.py --out x" in text
     assert "one training seed" not in text  # no PPO policy, no PPO budget line
-    budget = {"num_updates": 2, "prompts_per_update": 1, "samples_per_prompt": 2, "responses": 4, "n_prompts": 8,
-              "dataset": "world", "max_new_tokens": 16, "seed": 0}
+    budget = {"max_steps": 2, "prompts_per_update": 1, "num_generations": 2, "responses": 4, "n_prompts": 8,
+              "dataset": "world", "max_completion_length": 16, "seed": 0}
     report.write_report(tmp_path / "report.md", {**summary, "ppo_budget": budget}, cfg)
     assert "Each PPO row is **one training seed**" in (tmp_path / "report.md").read_text()
     with_runs = config.load_config(None, sets=["eval.methods={greedy: {}, best_of_n: {n: 2}}", "eval.threshold_dev_problems=null"])

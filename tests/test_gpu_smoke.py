@@ -46,12 +46,12 @@ def test_every_case_is_prepared_and_parses():
             stages[name] = (config.deepspeed_config or {}).get("zero_stage")
         (args,) = TrlParser((StepPPOConfig,)).parse_args_and_config(args=ppo)  # bf16 parses on a CPU too
         args.validate()
-        assert args.policy == "/models/smol" and args.output_dir == f"/tmp/smoke/{name}"
+        assert args.model_name_or_path == "/models/smol" and args.output_dir == f"/tmp/smoke/{name}"
         assert "--bf16" in ppo and ppo[ppo.index("--bf16") + 1] == "true"
         if name == "lora":
             assert args.use_peft
         if name == "vllm_rollouts":
-            assert args.rollout_backend == "vllm"
+            assert args.use_vllm
     assert stages["zero2"] == 2 and stages["zero3"] == 3 and stages["lora"] == 3 and stages["multinode"] == 3
     spec = importlib.util.spec_from_file_location("gpu_smoke_vllm", ROOT / "scripts" / "gpu_smoke_vllm.py")
     vllm_smoke = importlib.util.module_from_spec(spec)

@@ -214,7 +214,8 @@ def test_online_update_moves_the_prm_and_never_the_reference(models):
 def test_ppo_online_update_flag(models, tmp_path):
     """--verifier_online_update needs an implicit verifier (ConfigError otherwise); with one, each
     update trains it on the rollouts, logs the seconds, and the run saves the updated PRM."""
-    from rl.ppo_config import ConfigError, StepPPOConfig, parse_config
+    from rl.ppo_cli import parse_config
+    from rl.ppo_config import ConfigError, StepPPOConfig
     from rl.ppo_setup import load_policy, load_problems
     from rl.ppo_trainer import StepPPOTrainer
 
@@ -228,10 +229,10 @@ def test_ppo_online_update_flag(models, tmp_path):
     args = parse_config(["--verifier_online_update", "true", "--verifier", f"product:implicit:{prm_dir},exact",
                          "--reward", "step+gold"])
     assert args.verifier_online_update
-    args = StepPPOConfig(output_dir=str(tmp_path / "run"), policy=str(root / "policy"), verifier=f"implicit:{prm_dir}",
-                         build_missing=False, n_prompts=4, prompts_per_update=2, samples_per_prompt=2,
-                         max_new_tokens=24, num_mini_batches=2, report_to="none", disable_tqdm=True,
-                         num_updates=1, n_probe=0, save_steps=0, reward="outcome", verifier_online_update=True,
+    args = StepPPOConfig(output_dir=str(tmp_path / "run"), model_name_or_path=str(root / "policy"), verifier=f"implicit:{prm_dir}",
+                         build_missing=False, n_prompts=4, prompts_per_update=2, num_generations=2,
+                         max_completion_length=24, num_mini_batches=2, report_to="none", disable_tqdm=True,
+                         max_steps=1, n_probe=0, save_steps=0, reward="outcome", verifier_online_update=True,
                          verifier_online_learning_rate=1e-3)
     from reward_models.load import load_verifier
 

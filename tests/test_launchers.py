@@ -366,7 +366,7 @@ def test_under_deepspeed_the_schedule_counts_the_engines_own_steps():
 
 
 def test_bf16_parses_on_a_machine_without_a_gpu_and_keeps_float32_weights():
-    from rl.ppo_config import parse_config
+    from rl.ppo_cli import parse_config
     from rl.ppo_setup import _dtype
 
     args = parse_config(["--bf16", "true", "--output_dir", "/tmp/x"])

@@ -54,11 +54,11 @@ def test_recipe_matches_the_launch_config_and_the_placement():
     assert cfg.use_peft is False  # full fine-tuning: the reference is a separate frozen copy
     assert cfg.critic_init == "policy" and cfg.advantage_estimator == "gae"
     assert cfg.verifier.startswith("math-shepherd:") and "7b" in cfg.verifier.lower()
-    assert "7B" in cfg.policy and cfg.gradient_checkpointing
-    per_process = cfg.prompts_per_update * cfg.samples_per_prompt
+    assert "7B" in cfg.model_name_or_path and cfg.gradient_checkpointing
+    per_process = cfg.prompts_per_update * cfg.num_generations
     assert per_process % cfg.num_mini_batches == 0
     assert per_process * c.num_processes == 256  # the responses per update docs/gpu.md states
-    assert cfg.build_missing is False and cfg.rollout_backend in ("hf", "vllm")
+    assert cfg.build_missing is False and isinstance(cfg.use_vllm, bool)
 
 
 def per_gpu_memory_gb(n_gpus: int, responses_per_minibatch: int, tokens: int) -> dict[str, float]:
@@ -83,8 +83,8 @@ def per_gpu_memory_gb(n_gpus: int, responses_per_minibatch: int, tokens: int) ->
 def test_memory_arithmetic_fits_and_is_the_docs_s():
     c = cluster()
     cfg, _ = recipe()
-    m = per_gpu_memory_gb(c.num_processes, cfg.prompts_per_update * cfg.samples_per_prompt // cfg.num_mini_batches,
-                          256 + cfg.max_new_tokens)
+    m = per_gpu_memory_gb(c.num_processes, cfg.prompts_per_update * cfg.num_generations // cfg.num_mini_batches,
+                          256 + cfg.max_completion_length)
     resident = m["trained"] + m["reference"] + m["prm"]
     generation_peak = resident + m["gathered_policy"]
     training_peak = resident + m["activations"]

@@ -69,9 +69,9 @@ def make_trainer(models, tmp_path, verifier, reward_funcs=None, reward_weights=N
     from rl.ppo_setup import load_critic, load_policy, load_problems
     from rl.ppo_trainer import StepPPOTrainer
 
-    fields = dict(output_dir=str(tmp_path / "run"), policy=str(models / "policy"), verifier=str(models / "psv"),
-                  build_missing=False, n_prompts=8, n_eval=4, prompts_per_update=2, samples_per_prompt=2,
-                  max_new_tokens=16, num_mini_batches=2, report_to="none", disable_tqdm=True,
+    fields = dict(output_dir=str(tmp_path / "run"), model_name_or_path=str(models / "policy"), verifier=str(models / "psv"),
+                  build_missing=False, n_prompts=8, n_eval=4, prompts_per_update=2, num_generations=2,
+                  max_completion_length=16, num_mini_batches=2, report_to="none", disable_tqdm=True,
                   critic_warmup_updates=0, reward="step", advantage_estimator="gae")
     fields.update(overrides)
     args = StepPPOConfig(**fields)
@@ -257,7 +257,7 @@ def test_reward_funcs_flag_loads_a_file_a_module_or_a_dotted_path(models, tmp_pa
         with pytest.raises(ValueError, match=message):
             load_reward_func(spec)
     # on the command line, the weights pair with the functions; the flags reach the trainer
-    from rl.ppo_config import parse_config
+    from rl.ppo_cli import parse_config
 
     args = parse_config(tiny_args(models, tmp_path / "o", "--reward", "gold", "--reward_funcs",
                                   f"{tmp_path / 'my_rewards.py'}:short", "--reward_weights", "3"))
@@ -557,7 +557,7 @@ def test_default_verifier_lm_is_built_in_the_policys_world_only_when_a_verifier_
     assert StepPPOConfig(output_dir="o").verifier == build_defaults.DEFAULT_VERIFIER
 
     def cfg(**kw):
-        return StepPPOConfig(output_dir=str(tmp_path / "run"), policy=str(policy), report_to="none", **kw)
+        return StepPPOConfig(output_dir=str(tmp_path / "run"), model_name_or_path=str(policy), report_to="none", **kw)
 
     build_defaults.ensure_default_models(cfg(reward="gold"), is_main=True)
     build_defaults.ensure_default_models(cfg(reward="step"), is_main=False)  # only the main process builds
@@ -586,14 +586,14 @@ def test_critic_starts_from_the_psv_part_of_a_combined_verifier(models, tmp_path
     from rl.ppo_setup import load_critic, load_policy
 
     spec = f"product:step-confidence:{models / 'policy'},{models / 'psv'}"
-    args = StepPPOConfig(output_dir=str(tmp_path / "run"), policy=str(models / "policy"), verifier=spec,
+    args = StepPPOConfig(output_dir=str(tmp_path / "run"), model_name_or_path=str(models / "policy"), verifier=spec,
                          build_missing=False, report_to="none", advantage_estimator="gae")
     _, tok = load_policy(args)
     critic = load_critic(args, tok)
     psv, _ = load_psv_model(str(models / "psv"))
     for (name, a), (_, b) in zip(critic.state_dict().items(), psv.state_dict().items()):
         assert torch.equal(a, b), name
-    verifier = load_verifier(spec, args.policy)
+    verifier = load_verifier(spec, args.model_name_or_path)
     assert [type(p).__name__ for p in verifier.parts] == ["ConfidenceVerifier", "PSVVerifier"]
 
 
@@ -635,7 +635,7 @@ def test_seed_decides_every_initial_weight(models, tmp_path):
 def test_schedule_counts_every_process():
     from rl.ppo_trainer import scheduler_steps
 
-    args = StepPPOConfig(output_dir="x", num_updates=10, ppo_epochs=2, num_mini_batches=4, report_to="none")
+    args = StepPPOConfig(output_dir="x", max_steps=10, num_iterations=2, num_mini_batches=4, report_to="none")
     assert scheduler_steps(args, 1) == 80
     assert scheduler_steps(args, 2) == 160  # accelerate steps a prepared scheduler once per process
 
@@ -651,7 +651,7 @@ def test_group_estimator_updates_without_a_critic(models, tmp_path):
     metrics = trainer.step(0)  # no warm-up without a critic: the policy moves at once
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer._unwrapped_policy().parameters()))
     assert "loss/value" not in metrics and 0 <= metrics["rollout/flat_reward_groups"] <= 1
-    trainer.args.num_updates = 1
+    trainer.args.max_steps = 1
     trainer.update = 1
     trainer.train()
     assert (trainer.out / "policy").is_dir() and not (trainer.out / "critic").exists()
@@ -765,7 +765,7 @@ def test_entropy_bonus_raises_the_policys_entropy_where_rewards_give_no_gradient
     texts = [join_steps(THREE_STEPS)] * 2
     for coef in (0.0, 1.0):
         trainer, tok, train = make_trainer(models, tmp_path / str(coef), FixedVerifier([0.5]), advantage_estimator="group",
-                                           reward="outcome", outcome_aggregation="mean", kl_coef=0.0, learning_rate=1e-2,
+                                           reward="outcome", outcome_aggregation="mean", beta=0.0, learning_rate=1e-2,
                                            no_answer_penalty=0.0, missing_eos_penalty=0.0,
                                            entropy_coef=coef)
         batch, _ = rollouts_from_texts(trainer, tok, train[:2], texts)
@@ -789,7 +789,7 @@ def test_drop_flat_groups_leaves_groups_without_signal_out_of_the_loss(models, t
     flag needs the group estimator."""
     for drop in (True, False):
         trainer, _, _ = make_trainer(models, tmp_path / str(drop), FixedVerifier([0.5]), advantage_estimator="group",
-                                     reward="outcome", outcome_aggregation="mean", kl_coef=0.02, learning_rate=1e-2,
+                                     reward="outcome", outcome_aggregation="mean", beta=0.02, learning_rate=1e-2,
                                      no_answer_penalty=0.0, missing_eos_penalty=0.0, entropy_coef=1.0,
                                      drop_flat_groups=drop)
         before = [p.detach().clone() for p in trainer._unwrapped_policy().parameters()]

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from rl import ppo_step
-from rl.ppo_config import ConfigError, parse_config
+from rl.ppo_cli import parse_config
+from rl.ppo_config import ConfigError
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -68,13 +69,14 @@ def test_trl_names_are_the_fields_and_the_earlier_names_still_work(flag, value, 
     assert getattr(new, field) == parsed and capsys.readouterr().err == ""
     old = parse_config([flag, value])
     assert getattr(old, field) == parsed
-    assert getattr(old, flag[2:]) == (value if field == "use_vllm" else parsed)  # the earlier attribute reads it
+    assert not hasattr(old, flag[2:])  # translated at the edge: the config holds TRL's names only
     assert capsys.readouterr().err == f"warning: {flag} is deprecated: use --{field} (TRL's name)\n"
     assert parse_config([f"{flag}={value}"]).__getattribute__(field) == parsed
 
 
-def test_earlier_names_in_recipes_python_and_stored_runs(tmp_path, capsys):
-    from rl.ppo_config import StepPPOConfig, rename_settings
+def test_earlier_names_in_recipes_and_stored_runs(tmp_path, capsys):
+    from rl.ppo_config import StepPPOConfig
+    from rl.setting_names import translate_settings
 
     recipe = tmp_path / "old.yaml"
     recipe.write_text("num_updates: 5\nkl_coef: 0.3\nrollout_backend: hf\n")
@@ -86,13 +88,10 @@ def test_earlier_names_in_recipes_python_and_stored_runs(tmp_path, capsys):
     recipe.write_text("num_updates: 5\nmax_steps: 6\n")
     with pytest.raises(ConfigError, match="num_updates and max_steps are the same setting"):
         parse_config(["--config", str(recipe)])
-    py = StepPPOConfig(output_dir="x", policy="p", samples_per_prompt=4, rollout_backend="vllm", report_to="none")
-    assert (py.model_name_or_path, py.num_generations, py.use_vllm, py.rollout_backend) == ("p", 4, True, "vllm")
-    py.num_updates = 9
-    assert py.max_steps == 9
-    assert rename_settings({"policy": "p", "rollout_backend": "hf"}, where=None) == {"model_name_or_path": "p",
-                                                                                   "use_vllm": False}
-    assert parse_config(["--max_steps", "7"]).num_updates == 7
+    with pytest.raises(TypeError):  # in Python, the config takes TRL's names only
+        StepPPOConfig(output_dir="x", samples_per_prompt=4, report_to="none")
+    assert translate_settings({"policy": "p", "rollout_backend": "hf"}) == {"model_name_or_path": "p",
+                                                                        "use_vllm": False}
     assert parse_config(["--no_chat_template"]).chat_template is False
     with pytest.raises(ConfigError, match="did you mean --num_generations"):
         parse_config(["--samples_per_promt", "2"])

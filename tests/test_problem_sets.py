@@ -197,7 +197,7 @@ def test_ppo_refuses_test_prompts_and_overlap_before_any_model_loads(case, tiny_
 
 
 def test_ppo_takes_a_test_split_when_told(tiny_policy, tmp_path):
-    from rl.ppo_config import parse_config
+    from rl.ppo_cli import parse_config
     from rl.ppo_setup import load_run_problems
 
     test_file = _jsonl(tmp_path / "gsm8k_test.jsonl", GSM8K_ROWS)
@@ -233,7 +233,7 @@ def test_gpu_recipe_trains_on_gsm8k_train_and_only_evaluates_on_its_test_split(t
 
     import datasets
 
-    from rl.ppo_config import parse_config
+    from rl.ppo_cli import parse_config
     from rl.ppo_setup import load_run_problems
 
     calls = []

@@ -261,7 +261,7 @@ def test_ppo_vllm_rollouts_stage_sync_then_sample(tmp_path, monkeypatch):
     fake = types.SimpleNamespace(LLM=EngineLLM, SamplingParams=lambda **kw: kw)
     monkeypatch.setitem(sys.modules, "vllm", fake)
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
-    trainer, args = make_ppo_trainer(tmp_path, rollout_backend="vllm", vllm_gpu_memory_utilization=0.2)
+    trainer, args = make_ppo_trainer(tmp_path, use_vllm=True, vllm_gpu_memory_utilization=0.2)
     prompts = ["Question: 1 + 2?", "Question: 3 + 4?"]
     out = trainer._generate_vllm(prompts)
     trainer._generate_vllm(prompts)

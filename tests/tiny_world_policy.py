@@ -28,7 +28,7 @@ def make_ppo_trainer(tmp_path: Path, **fields):
     from rl.ppo_trainer import StepPPOTrainer
 
     policy_dir = save_tiny_world_policy(tmp_path / "policy")
-    settings = dict(output_dir=str(tmp_path / "run"), policy=str(policy_dir), verifier="exact",
+    settings = dict(output_dir=str(tmp_path / "run"), model_name_or_path=str(policy_dir), verifier="exact",
                     critic_init="policy", build_missing=False, n_prompts=4, n_eval=2, report_to="none",
                     disable_tqdm=True)
     settings.update(fields)

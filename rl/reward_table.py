@@ -1,0 +1,134 @@
+"""A batch's rewards as a table: every reward function's output on every response (rows: functions,
+columns: responses), weighed per response into step rewards and a last-token reward, with the
+tally the trainer logs; and where a response's steps end in its tokens, so that step rewards are
+paid there (`rl.step_rewards.assign_rewards` places them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from reasoning.steps import answer_correct, has_answer, split_steps
+from reasoning.types import Problem
+from rl.rewards import WeightedReward
+from rl.step_rewards import char_to_token_positions, offsets_from_token_ids, step_end_char_positions
+
+
+@dataclass
+class Responses:
+    """A batch's responses as the reward functions read them: token ids (EOS included), the ids
+    without a final EOS (what the text was decoded from), lengths and steps."""
+
+    ids: list[list[int]]
+    bodies: list[list[int]]
+    lengths: list[int]
+    paths: list[Any]
+
+    @classmethod
+    def of(cls, response_ids: torch.Tensor, response_mask: torch.Tensor, texts: list[str], tok) -> Responses:
+        """From right-padded response ids [N, R], their mask and decoded texts."""
+        lengths = response_mask.sum(-1).long().tolist()
+        ids = [response_ids[i, :length].tolist() for i, length in enumerate(lengths)]
+        return cls(ids, [without_eos(row, tok.eos_token_id) for row in ids], lengths, [split_steps(t) for t in texts])
+
+
+@dataclass
+class RewardTally:
+    """What one batch's rewards paid and what its responses were like, counted as they are placed."""
+
+    paid: dict[str, float]
+    paid_by_func: list[float]
+    counts: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
+        ("truncated", "no_answer", "no_steps", "correct", "steps", "step_score_sum", "scored_steps"), 0))
+    unlocated: int = 0
+    totals: list[float] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, funcs: list[WeightedReward]) -> RewardTally:
+        tally = cls({kind: 0.0 for kind in ("verifier", "gold", "penalty", "user")}, [0.0] * len(funcs))
+        for r in funcs:  # the verifier's step scores behind its rewards, for the mean step score
+            for s in getattr(r.func, "last_scores", None) or []:
+                if s is not None:
+                    tally.counts["step_score_sum"] += sum(s)
+                    tally.counts["scored_steps"] += len(s)
+        return tally
+
+    def count_response(self, text: str, problem: Problem, responses: Responses, i: int, eos: int) -> None:
+        self.counts["steps"] += len(responses.paths[i].steps)
+        self.counts["correct"] += int(answer_correct(text, problem))
+        self.counts["truncated"] += int(not responses.ids[i] or responses.ids[i][-1] != eos)
+        self.counts["no_answer"] += int(not has_answer(text))
+
+    def weigh(self, funcs: list[WeightedReward], row: list[Any], n_steps: int
+              ) -> tuple[list[float | None], float, bool]:
+        """One response's row of the reward table, weighed: (the reward of each step, None where no
+        function paid it; the reward at the last token; whether anything is paid there)."""
+        per_step: list[float | None] = [None] * n_steps
+        outcome, at_last = 0.0, False
+        for f, (r, value) in enumerate(zip(funcs, row)):
+            if value is None:
+                if r.kind == "verifier":
+                    self.counts["no_steps"] += 1
+                continue
+            if isinstance(value, (list, tuple)):
+                if len(value) != n_steps:
+                    raise ValueError(f"reward function {r.name!r} returned {len(value)} step rewards for a "
+                                     f"completion of {n_steps} steps")
+                for k, v in enumerate(value):
+                    if v is not None:
+                        per_step[k] = (per_step[k] or 0.0) + r.weight * float(v)
+                got = r.weight * sum(float(v) for v in value if v is not None)
+            else:
+                got = r.weight * float(value)
+                outcome += got
+                at_last = True
+            self.paid[r.kind] += got
+            self.paid_by_func[f] += got
+        return per_step, outcome, at_last
+
+    def metrics(self, rewards: torch.Tensor, lengths: list[int], group_size: int,
+                funcs: list[WeightedReward]) -> dict[str, float]:
+        n, c = len(lengths), self.counts
+        groups = [self.totals[j : j + group_size] for j in range(0, len(self.totals), group_size)]
+        out = {
+            "rollout/same_reward_groups": sum(max(g) - min(g) < 1e-9 for g in groups) / max(len(groups), 1),
+            "reward/mean_total": rewards.sum(-1).mean().item(),
+            "reward/verifier_mean": self.paid["verifier"] / n,
+            "reward/gold_mean": self.paid["gold"] / n,
+            "reward/penalty_mean": -self.paid["penalty"] / n,
+            "verifier/mean_step_score": c["step_score_sum"] / max(c["scored_steps"], 1),
+            "rollout/accuracy": c["correct"] / n,
+            "rollout/steps_per_response": c["steps"] / n,
+            "rollout/tokens_per_step": sum(lengths) / max(c["steps"], 1),
+            "rollout/response_tokens": sum(lengths) / n,
+            "rollout/truncated_frac": c["truncated"] / n,
+            "rollout/no_answer_frac": c["no_answer"] / n,
+            "rollout/no_steps_frac": c["no_steps"] / n,
+            "rollout/unlocated_steps_frac": self.unlocated / n,
+        }
+        for r, total in zip(funcs, self.paid_by_func):
+            if r.kind == "user":
+                out[f"reward/{r.name}_mean"] = total / n
+        return out
+
+
+def without_eos(ids: list[int], eos: int) -> list[int]:
+    """A response's token ids without its final EOS (the tokens its text was decoded from)."""
+    return ids[:-1] if ids and ids[-1] == eos else ids
+
+
+def step_end_tokens(tok, body: list[int], text: str, n_steps: int) -> list[int] | None:
+    """The response token at which each of the `n_steps` steps of `text` (decoded from `body`)
+    ends; None when they cannot be located in the tokens (a different count of step ends, or
+    offsets that do not map)."""
+    if n_steps == 0:
+        return []
+    ends = step_end_char_positions(text)
+    if len(ends) != n_steps or not body:
+        return None
+    try:
+        return char_to_token_positions(offsets_from_token_ids(tok, body), ends)
+    except ValueError:
+        return None
