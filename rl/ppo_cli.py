@@ -123,12 +123,15 @@ def check_report_to(value) -> None:
 _SIMPLE_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
 
 
-def check_field_types(config) -> None:
-    """ConfigError for a value of the wrong type in one of StepPPOConfig's own fields (a YAML recipe's
-    values are not converted the way flags are: `max_steps: [1]` would fail deep inside the run)."""
+def check_field_types(values: dict[str, Any]) -> None:
+    """ConfigError for a value of the wrong type for one of StepPPOConfig's own fields (a YAML recipe's
+    values are not converted the way flags are: `max_steps: [1]` would fail deep inside the run);
+    checked before a config is made, whose checks compare the values."""
     for name, annotation in StepPPOConfig.__annotations__.items():
+        if name not in values:
+            continue
         parts = [p.strip() for p in str(annotation).split("|")]
-        value = getattr(config, name)
+        value = values[name]
         if value is None and "None" in parts:
             continue
         allowed = tuple(t for p in parts for t in _SIMPLE_TYPES.get(p, ()))
@@ -194,6 +197,7 @@ def help_text() -> str:
     inherited = [n for n in by_name if n in INHERITED_IN_USE and n not in OWN_FIELDS]
     return "\n".join([
         "usage: accelerate launch rl/ppo_step.py [--config RECIPE.yaml] [--FLAG VALUE ...]", "",
+        "  -h, --help\n        show this help message and exit", "",
         "step PPO (rl/ppo_config.py; --config RECIPE.yaml sets any of them):",
         *(entry(n) for n in OWN_FIELDS), "",
         "inherited from transformers.TrainingArguments (these work; the others are refused):",
@@ -230,6 +234,7 @@ def _parse(argv: list[str] | None, notes: Deprecations) -> StepPPOConfig:
     argv = translate_argv(argv, notes)
     recipe = read_recipe(recipe_path, notes) if recipe_path else {}
     check_given_names(flag_names(argv), list(recipe))
+    check_field_types(recipe)
     parser = _parser((StepPPOConfig,))
     try:
         unknown = parser.set_defaults_with_config(**recipe)
@@ -241,7 +246,6 @@ def _parse(argv: list[str] | None, notes: Deprecations) -> StepPPOConfig:
         raise
     except (ValueError, TypeError, AttributeError, OSError, yaml.YAMLError) as err:
         raise ConfigError(" ".join(str(err).split()) or type(err).__name__) from None
-    check_field_types(config)
     check_report_to(config.report_to)
     if config.push_to_hub and os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
         raise ConfigError("--push_to_hub needs the Hub, and HF_HUB_OFFLINE is set")
@@ -307,7 +311,6 @@ def _parse_baseline(argv, own, uses, run, required, defaults, check, notes) -> t
     except (ValueError, TypeError, AttributeError, OSError, yaml.YAMLError) as err:
         raise ConfigError(" ".join(str(err).split()) or type(err).__name__) from None
     config = configs[0]
-    check_field_types(config)
     if check is not None:
         check(config, configs[1] if own else None)
     try:

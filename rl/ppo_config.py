@@ -12,7 +12,7 @@ from reward_models.load import spec_parts, split_spec
 from reward_models.verifier import AGGREGATIONS
 from rl.distributed import deepspeed_launch, has_gpu
 from rl.ppo_math import ESTIMATORS, REWARD_SCALES, STEP_CREDITS
-from rl.rewards import REWARDS
+from rl.rewards import REWARDS, check_no_added_rewards
 from rl.step_rewards import SHAPING_MODES
 
 DEFAULT_POLICY = "outputs/sft_tiny"
@@ -91,7 +91,8 @@ class StepPPOConfig(TrainingArguments):
     num_threads: int = field(
         default=0,
         metadata={"help": "torch threads per process; 0: the machine's cores shared among the processes "
-                          "(accelerate launch sets OMP_NUM_THREADS=1, which would leave cores idle in a one-process run)."},
+                          "(accelerate launch sets OMP_NUM_THREADS=1, which would leave cores idle in a one-process "
+                          "run)."},
     )
     dtype: str = field(default="auto", metadata={"help": "Model dtype: auto (float32 on CPU), bfloat16, float32."})
 
@@ -189,9 +190,12 @@ class StepPPOConfig(TrainingArguments):
                           f"the same total reward as step, differing only in where it lands."},
     )
     step_reward_weight: float = field(default=1.0, metadata={"help": "Scale of verifier rewards."})
-    gold_reward_weight: float = field(default=1.0, metadata={"help": "Scale of the gold outcome reward (1 right, 0 wrong)."})
-    missing_eos_penalty: float = field(default=1.0, metadata={"help": "Subtracted at the last token of a truncated response."})
-    no_answer_penalty: float = field(default=0.5, metadata={"help": "Subtracted at the last token of a response with no answer."})
+    gold_reward_weight: float = field(
+        default=1.0, metadata={"help": "Scale of the gold outcome reward (1 right, 0 wrong)."})
+    missing_eos_penalty: float = field(
+        default=1.0, metadata={"help": "Subtracted at the last token of a truncated response."})
+    no_answer_penalty: float = field(
+        default=0.5, metadata={"help": "Subtracted at the last token of a response with no answer."})
     reward_funcs: list[str] | None = field(
         default=None,
         metadata={"help": "Your own reward functions, added to --reward: FILE.py:FUNCTION, MODULE:FUNCTION or "
@@ -288,7 +292,8 @@ class StepPPOConfig(TrainingArguments):
     adaptive_kl: bool = field(default=False, metadata={"help": "Ziegler et al.'s adaptive KL controller."})
     kl_target: float = field(default=0.5, metadata={"help": "Adaptive KL: target KL per response."})
     kl_horizon: int = field(default=10000, metadata={"help": "Adaptive KL: horizon in responses."})
-    critic_learning_rate: float | None = field(default=None, metadata={"help": "Critic learning rate (default: learning_rate)."})
+    critic_learning_rate: float | None = field(
+        default=None, metadata={"help": "Critic learning rate (default: learning_rate)."})
     critic_warmup_updates: int = field(default=5, metadata={"help": "Updates that train only the critic first (gae)."})
     disable_dropout: bool = field(
         default=True,
@@ -301,7 +306,7 @@ class StepPPOConfig(TrainingArguments):
     lr_scheduler_type: str = field(default="constant", metadata={"help": "Learning-rate schedule."})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
     max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping."})
-    bf16: bool | None = field(default=False, metadata={"help": "bf16 mixed precision (GPU recipes)."})
+    bf16: bool = field(default=False, metadata={"help": "bf16 mixed precision (GPU recipes)."})
     seed: int = field(default=0, metadata={"help": "Seed of prompt order, sampling and initialisation."})
     save_steps: float = field(default=20, metadata={"help": "Checkpoint every N updates (0: only at the end)."})
     save_total_limit: int | None = field(default=2, metadata={"help": "Checkpoints kept."})
@@ -410,21 +415,14 @@ class StepPPOConfig(TrainingArguments):
                              "got --use_vllm true")
 
 
-def check_no_added_rewards(estimator: str, added: int, what: str = "reward functions") -> None:
-    """ValueError when reward functions are added to --advantage_estimator mc_values, whose values
-    are the answer check's alone (the flag's `--reward_funcs` and the trainer's `reward_funcs=`)."""
-    if added and ESTIMATORS[estimator].monte_carlo:
-        raise ValueError("--advantage_estimator mc_values values its continuations by the answer check alone: "
-                         f"it cannot add {what}")
-
-
 def check_online_update(config: StepPPOConfig) -> None:
     """ValueError unless --verifier_online_update has an implicit PRM to train (an `implicit:` verifier,
     alone or a part of a combination, read by a verifier reward)."""
     if not config.verifier_online_update:
         return
 
-    if not REWARDS[config.reward].verifier or not any(split_spec(p)[0] == "implicit" for p in spec_parts(config.verifier)):
+    implicit = any(split_spec(p)[0] == "implicit" for p in spec_parts(config.verifier))
+    if not REWARDS[config.reward].verifier or not implicit:
         raise ValueError(f"--verifier_online_update trains an implicit PRM: it needs --verifier implicit:PATH and a "
                          f"verifier reward; got --verifier {config.verifier} --reward {config.reward}")
     if config.verifier_online_steps < 1:

@@ -371,7 +371,8 @@ def token_steps_from_ends(step_ends: list[list[int]], width: int) -> torch.Tenso
         if any(b < a for a, b in zip(ends, ends[1:])):
             raise ValueError(f"step ends must be non-decreasing, got {list(ends)}")
         inner = torch.tensor(list(ends[:-1]), dtype=torch.long)  # the last end closes nothing: later tokens join it
-        rows.append((inner[None, :] < positions[:, None]).sum(-1) if len(inner) else torch.zeros(width, dtype=torch.long))
+        rows.append((inner[None, :] < positions[:, None]).sum(-1) if len(inner)
+                    else torch.zeros(width, dtype=torch.long))
     return torch.stack(rows) if rows else torch.zeros((0, width), dtype=torch.long)
 
 
@@ -423,7 +424,8 @@ class Advantages:
 def _gae_estimate(rewards, values, reward_mask, mask, *, gamma, lam, group_size, credit, step_values,
                   scale="group") -> Advantages:
     advantages, returns = gae(rewards, values * mask, mask, gamma, lam)
-    return Advantages(advantages, returns, values, {"value/explained_variance": explained_variance(values, returns, mask)})
+    stats = {"value/explained_variance": explained_variance(values, returns, mask)}
+    return Advantages(advantages, returns, values, stats)
 
 
 def _group_estimate(rewards, values, reward_mask, mask, *, gamma, lam, group_size, credit, step_values,
@@ -564,10 +566,10 @@ class AdaptiveKLController:
     e = clip(KL / target − 1, −0.2, 0.2); β ← β (1 + e · n_steps / horizon).
     """
 
-    def __init__(self, init_kl_coef: float, target: float, horizon: float):
+    def __init__(self, init_beta: float, target: float, horizon: float):
         if target <= 0 or horizon <= 0:
             raise ValueError(f"target and horizon must be > 0, got target={target}, horizon={horizon}")
-        self.value = float(init_kl_coef)
+        self.value = float(init_beta)
         self.target = float(target)
         self.horizon = float(horizon)
 
@@ -585,8 +587,8 @@ class AdaptiveKLController:
 class FixedKLController:
     """A constant KL coefficient, with the same interface as `AdaptiveKLController`."""
 
-    def __init__(self, kl_coef: float):
-        self.value = float(kl_coef)
+    def __init__(self, beta: float):
+        self.value = float(beta)
 
     def update(self, current_kl: float, n_steps: int) -> None:
         pass

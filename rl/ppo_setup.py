@@ -60,11 +60,12 @@ def sft_seed_of(policy: str) -> int | None:
 def check_default_policy_seed(args: StepPPOConfig) -> None:
     """ValueError when the default policy is already there but was trained with another seed than
     --sft_seed: the run would otherwise train a policy other than the one asked for, silently."""
-    if not (args.build_missing and args.model_name_or_path == DEFAULT_POLICY and Path(args.model_name_or_path).exists()):
+    path = args.model_name_or_path
+    if not (args.build_missing and path == DEFAULT_POLICY and Path(path).exists()):
         return
-    seed = sft_seed_of(args.model_name_or_path)
+    seed = sft_seed_of(path)
     if seed is not None and seed != args.sft_seed:
-        raise ValueError(f"{args.model_name_or_path} was trained with SFT seed {seed}, not --sft_seed {args.sft_seed}: move it "
+        raise ValueError(f"{path} was trained with SFT seed {seed}, not --sft_seed {args.sft_seed}: move it "
                          f"away to have it rebuilt with seed {args.sft_seed}, or pass --sft_seed {seed}")
 
 
@@ -107,8 +108,8 @@ def check_launch(args: StepPPOConfig) -> None:
     head_dim = head_dim_of(args.model_name_or_path)
     if not has_gpu() and head_dim is not None and head_dim < VLLM_CPU_MIN_HEAD_DIM:
         raise ValueError(f"--use_vllm true on a machine without a GPU: the CPU build of vLLM needs an attention head "
-                         f"dimension of at least {VLLM_CPU_MIN_HEAD_DIM}, and --model_name_or_path {args.model_name_or_path} has "
-                         f"{head_dim}; use --use_vllm false")
+                         f"dimension of at least {VLLM_CPU_MIN_HEAD_DIM}, and --model_name_or_path "
+                         f"{args.model_name_or_path} has {head_dim}; use --use_vllm false")
 
 
 def _set_flags(args: StepPPOConfig) -> dict[str, str]:
@@ -157,12 +158,12 @@ def check_prompt_sets(args: StepPPOConfig, sets: dict[str, list[Problem]]) -> tu
         if too_long[name]:
             first = next(p.id for p, ok in zip(problems, fits) if not ok)
             log(f"{flags[name]}: {too_long[name]} of {len(problems)} problems left out, prompt_too_long (the prompt "
-                f"and --max_completion_length {args.max_completion_length} exceed the policy's {context}-token context; "
-                f"first: {first!r})")
+                f"and --max_completion_length {args.max_completion_length} exceed the policy's {context}-token "
+                f"context; first: {first!r})")
     if sets.get("train") and not kept["train"]:
         raise ConfigError(f"{flags['train']}: every training prompt is longer than the policy's {context}-token "
-                          f"context allows with --max_completion_length {args.max_completion_length}; shorten the questions or "
-                          "lower --max_completion_length")
+                          f"context allows with --max_completion_length {args.max_completion_length}; shorten the "
+                          "questions or lower --max_completion_length")
     return kept, too_long
 
 
@@ -192,8 +193,9 @@ def load_policy(args: StepPPOConfig):
 
         targets = args.lora_target_modules
         targets = targets if targets == "all-linear" else [t.strip() for t in targets.split(",")]
-        policy = get_peft_model(policy, LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
-                                                   target_modules=targets, task_type="CAUSAL_LM"))
+        policy = get_peft_model(policy, LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha,
+                                                   lora_dropout=args.lora_dropout, target_modules=targets,
+                                                   task_type="CAUSAL_LM"))
     return policy, tokenizer
 
 
@@ -229,9 +231,9 @@ def load_critic(args: StepPPOConfig, tokenizer):
         from peft import LoraConfig, get_peft_model
 
         # the value head is trained in full (modules_to_save), the backbone through adapters
-        critic = get_peft_model(critic, LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, target_modules="all-linear",
-                                                   exclude_modules=["score"], modules_to_save=["score"],
-                                                   task_type="TOKEN_CLS"))
+        critic = get_peft_model(critic, LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha,
+                                                   target_modules="all-linear", exclude_modules=["score"],
+                                                   modules_to_save=["score"], task_type="TOKEN_CLS"))
     return critic
 
 

@@ -202,7 +202,8 @@ class StepPPOTrainer:
         self.model = PolicyAndCritic(policy, critic)
         D.match_trainable_dtype(self.model, self.accelerator)  # DeepSpeed flattens them into one buffer
         self.optimizer, self.scheduler = self._optimizer_and_schedule(policy, critic)
-        self.model, self.optimizer, self.scheduler = self.accelerator.prepare(self.model, self.optimizer, self.scheduler)
+        self.model, self.optimizer, self.scheduler = self.accelerator.prepare(self.model, self.optimizer,
+                                                                              self.scheduler)
         self.ref_policy = None if ref_policy is None else self._placed_reference(ref_policy)
         self.kl_ctl = (M.AdaptiveKLController(config.beta, config.kl_target, config.kl_horizon) if config.adaptive_kl
                        else M.FixedKLController(config.beta))
@@ -304,7 +305,8 @@ class StepPPOTrainer:
             policy.eval()
             for start in range(0, len(prompts), args.generation_batch_size):
                 chunk = prompts[start : start + args.generation_batch_size]
-                enc = tok(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(self.accelerator.device)
+                enc = tok(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
+                enc = enc.to(self.accelerator.device)
                 gen = policy.generate(**enc, max_new_tokens=args.max_completion_length, **self._sampling_kwargs())
                 out.extend(trim_generated(tok, row) for row in gen[:, enc["input_ids"].shape[1] :].tolist())
             if was_training:
@@ -343,7 +345,8 @@ class StepPPOTrainer:
                                                 gpu_memory_utilization=args.vllm_gpu_memory_utilization)
         with self._policy_for_generation() as policy:
             sync_policy(self.vllm_engine, policy)
-        params = vllm.SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_completion_length)
+        params = vllm.SamplingParams(temperature=args.temperature, top_p=args.top_p,
+                                     max_tokens=args.max_completion_length)
         # token ids, as the hf path and the log-probabilities see the prompt (no special tokens added)
         inputs = [{"prompt_token_ids": tok.encode(p, add_special_tokens=False)} for p in prompts]
         outputs = self.vllm_engine.generate(inputs, params, use_tqdm=False)
@@ -785,7 +788,7 @@ class StepPPOTrainer:
         final = self.run.checkpoint(self.update)
         if self.accelerator.is_main_process:
             self.run.write_resume_state(tmp, {"update": self.update, "skipped_batches": self.skipped_batches,
-                                              "kl_coef": float(self.kl_ctl.value),
+                                              "beta": float(self.kl_ctl.value),
                                               "reward_stats": self.reward_stats.state_dict(),
                                               "train_seconds": self.train_seconds()})
             for k, prm in enumerate(self.online_prms):
@@ -810,7 +813,7 @@ class StepPPOTrainer:
         state = RunDir.resume_state(path)
         self.update = state["update"]
         self.skipped_batches = state["skipped_batches"]
-        self.kl_ctl.value = state["kl_coef"]
+        self.kl_ctl.value = state["beta"]
         self.reward_stats.load_state_dict(state["reward_stats"])
         for k, prm in enumerate(self.online_prms):
             saved = path / f"implicit_prm_{k}.pt"

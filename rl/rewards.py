@@ -39,6 +39,7 @@ from typing import Any
 from reasoning.steps import answer_correct, has_answer
 from reasoning.types import Problem
 from reward_models.verifier import aggregate
+from rl.ppo_math import ESTIMATORS
 from rl.step_rewards import credited_steps, shape_step_rewards
 
 __all__ = [
@@ -215,14 +216,20 @@ def build_reward_funcs(config, verifier, extra: Sequence[Callable] = (), extra_w
     weights = [1.0] * len(extra) if extra_weights is None else [float(w) for w in extra_weights]
     if len(weights) != len(extra):
         raise ValueError(f"{len(extra)} reward functions but {len(weights)} reward weights")
-    from rl.ppo_config import check_no_added_rewards  # rl.ppo_config reads REWARDS from here
-
     check_no_added_rewards(config.advantage_estimator, len(extra))
     for func, weight in [*user, *zip(extra, weights)]:
         if not callable(func):
             raise TypeError(f"a reward function must be callable, got {func!r}")
         funcs.append(WeightedReward(func, float(weight)))
     return funcs
+
+
+def check_no_added_rewards(estimator: str, added: int, what: str = "reward functions") -> None:
+    """ValueError when reward functions are added to --advantage_estimator mc_values, whose values
+    are the answer check's alone (the flag's `--reward_funcs` and the trainer's `reward_funcs=`)."""
+    if added and ESTIMATORS[estimator].monte_carlo:
+        raise ValueError("--advantage_estimator mc_values values its continuations by the answer check alone: "
+                         f"it cannot add {what}")
 
 
 @functools.cache
@@ -241,6 +248,8 @@ def load_reward_func(spec: str) -> Callable[..., list]:
             raise ValueError(f"--reward_funcs {spec}: no such file {where}")
         module_name = f"_steprl_reward_{path.stem}"
         module_spec = importlib.util.spec_from_file_location(module_name, path)
+        if module_spec is None or module_spec.loader is None:
+            raise ValueError(f"--reward_funcs {spec}: {where} cannot be loaded as a Python module")
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[module_name] = module
         try:

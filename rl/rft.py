@@ -132,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
                 kept.append({"prompt": solve_prompt(problem.question), "completion": c.text})
             elif own.accept == "verifier":
                 steps = split_steps(c.text).steps
-                if steps and has_answer(c.text) and min(verifier.score([problem.question], [steps])[0]) >= own.threshold:
+                answered = steps and has_answer(c.text)
+                if answered and min(verifier.score([problem.question], [steps])[0]) >= own.threshold:
                     kept.append({"prompt": solve_prompt(problem.question), "completion": c.text})
     sample_seconds = time.time() - start
     if not kept:

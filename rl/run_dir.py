@@ -31,7 +31,7 @@ CHECKPOINT_STATE = "trainer_state.json"
 """The file that makes a `checkpoint-N` folder a checkpoint (`transformers.TrainerState`'s; every
 checkpoint has one, the step PPO resume state beside it or, in earlier checkpoints, inside it)."""
 RESUME_STATE = "step_ppo_state.json"
-"""What a checkpoint adds to accelerate's state to resume: update, KL coefficient, reward statistics."""
+"""What a checkpoint adds to accelerate's state to resume: update, KL coefficient (`beta`), reward statistics."""
 
 
 class _File:
@@ -58,7 +58,8 @@ class RunDir:
                                                "(rl.checkpoint_curve).")
     policy = _File("policy", "The trained policy (save_pretrained).")
     critic = _File("critic", "The trained critic (estimator gae).")
-    implicit_prm = _File("implicit_prm", "The implicit PRM trained online (--verifier_online_update); more: _1, _2, ...")
+    implicit_prm = _File("implicit_prm",
+                         "The implicit PRM trained online (--verifier_online_update); more: _1, _2, ...")
     policy_hashes = _File("policy_hashes.json", "Fingerprints of the trained policy's weights.")
     probe_wrong_at_start = _File("probe_wrong_at_start.json", "The probe problems greedy got wrong at the start.")
     trl = _File("trl", "The working folder of a TRL trainer inside the run (the baselines').")
@@ -123,7 +124,10 @@ class RunDir:
         """What the trainer stored beside accelerate's state (earlier checkpoints kept it in
         trainer_state.json)."""
         own = checkpoint / RESUME_STATE
-        return json.loads((own if own.exists() else checkpoint / CHECKPOINT_STATE).read_text())
+        state = json.loads((own if own.exists() else checkpoint / CHECKPOINT_STATE).read_text())
+        if "kl_coef" in state:  # the KL coefficient's current value, under its name before TRL's
+            state["beta"] = state.pop("kl_coef")
+        return state
 
     def write_trainer_state(self, folder: Path, config, update: int) -> None:
         """trainer_state.json as `transformers.TrainerState` writes it (`TrainerState.load_from_json`

@@ -107,7 +107,7 @@ def test_quick_run_writes_every_cell_and_rerun_reuses_the_cache(tmp_path):
 def test_shipped_recipe_is_the_embedded_default():
     assert config.load_config(config.DEFAULT_CONFIG) == config.CompareConfig()
     quick = config.load_config(None, quick=True)
-    assert quick.workers == 1 and quick.ppo.args["num_updates"] == 2
+    assert quick.workers == 1 and quick.ppo.args["max_steps"] == 2
     assert quick.sft.args["tasks"] == config.CompareConfig().sft.args["tasks"]  # revise, clarify, verify kept
     for task in ("revise", "clarify", "verify"):
         assert task in quick.sft.args["tasks"]
@@ -116,7 +116,9 @@ def test_shipped_recipe_is_the_embedded_default():
 def test_config_errors_name_the_key(tmp_path):
     with pytest.raises(config.CompareError, match="eval.sampels"):
         config.load_config(None, sets=["eval.sampels=3"])
-    with pytest.raises(config.CompareError, match="num_updates"):
+    with pytest.raises(config.CompareError, match="ppo.runs.step_ppo.args.max_steps: a budget flag"):
+        config.load_config(None, sets=["ppo.runs.step_ppo.args.max_steps=5"])
+    with pytest.raises(config.CompareError, match="max_steps: a budget flag"):  # an earlier name, translated
         config.load_config(None, sets=["ppo.runs.step_ppo.args.num_updates=5"])
     with pytest.raises(config.CompareError, match="eval.methods.stepco"):
         config.load_config(None, sets=["eval.methods.stepco.rounds=3"])
@@ -196,7 +198,7 @@ def test_entry_point_is_the_package_cli(tmp_path):
     ("sft.args.learning_rate=fast", "sft.args.learning_rate"),
     ("sft.args.tasks=solve=1,dance=2", "sft.args"),
     ("ppo.args.num_updatez=3", "ppo.args.num_updatez"),
-    ("ppo.runs.step_ppo.args.kl_coef=-1", "ppo.runs.step_ppo"),
+    ("ppo.runs.step_ppo.args.beta=-1", "ppo.runs.step_ppo"),
     ("ppo.runs.outcome_ppo.reward=outcom", "ppo.runs.outcome_ppo"),
     ("psv.combine_with=step-confidance", "psv.combine_with"),
     ("psv.path=step-likelihod:verifier_lm", "psv.path"),

@@ -137,9 +137,9 @@ def rewards_of_three_step_path(models, tmp_path, **overrides):
 def test_steps_not_found_in_tokens_pay_the_same_total_at_the_end(models, tmp_path, monkeypatch):
     # when a path's step ends cannot be matched to its scores, step mode pays what it would have
     # paid in all (min-form: the weakest step's score) on the last token, and counts the path
-    import rl.ppo_trainer as trainer_module
+    import rl.reward_table as reward_table
 
-    monkeypatch.setattr(trainer_module, "step_end_char_positions", lambda text: [])
+    monkeypatch.setattr(reward_table, "step_end_char_positions", lambda text: [])
     for shaping, total in (("min", 0.2), ("raw", 0.9 + 0.2 + 0.6), ("delta", 0.6 - 0.5)):
         row, stats, last = rewards_of_three_step_path(models, tmp_path, reward="step", reward_shaping=shaping)
         assert row[last].item() == pytest.approx(total), shaping

@@ -174,3 +174,26 @@ def test_an_error_names_an_earlier_name_as_the_user_wrote_it_and_alone(tmp_path,
     code = ppo_step.main(["--output_dir", str(tmp_path / "run"), "--policy", str(tmp_path / "absent")])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: --policy ") and err.count("\n") == 1, err
+
+
+def test_stored_runs_and_compare_configs_with_earlier_names_are_translated_at_the_edge(tmp_path, capsys):
+    """A run folder or a checkpoint written before the settings took TRL's names, and a compare
+    config that still uses the earlier names, are read under TRL's names (a compare config with a
+    deprecation line, a stored folder silently); the two names of one setting are refused."""
+    import json
+
+    from compare.config import CompareError, load_config
+    from rl.run_dir import RESUME_STATE, RunDir, stored_settings
+
+    (tmp_path / "run_config.json").write_text(json.dumps({"policy": "p", "num_updates": 3, "kl_coef": 0.1}))
+    assert stored_settings(tmp_path) == {"model_name_or_path": "p", "max_steps": 3, "beta": 0.1}
+    ckpt = tmp_path / "checkpoint-3"
+    ckpt.mkdir()
+    (ckpt / RESUME_STATE).write_text(json.dumps({"update": 3, "kl_coef": 0.25}))
+    assert RunDir.resume_state(ckpt) == {"update": 3, "beta": 0.25}
+    capsys.readouterr()
+    cfg = load_config(None, sets=["ppo.args.kl_coef=0.5"])
+    assert cfg.ppo.args["beta"] == 0.5 and "kl_coef" not in cfg.ppo.args
+    assert capsys.readouterr().err == "warning: --set ppo.args.kl_coef is deprecated: use beta (TRL's name)\n"
+    with pytest.raises(CompareError, match="kl_coef and beta are the same setting"):
+        load_config(None, overrides={"ppo": {"args": {"kl_coef": 0.5, "beta": 0.1}}})

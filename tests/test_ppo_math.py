@@ -265,7 +265,7 @@ def test_logprobs_by_hand_and_in_bf16():
 
 
 def test_adaptive_kl_controller_one_step():
-    ctl = AdaptiveKLController(init_kl_coef=0.1, target=6.0, horizon=10000)
+    ctl = AdaptiveKLController(init_beta=0.1, target=6.0, horizon=10000)
     # KL 6.6: error = 6.6/6 - 1 = 0.1 (inside ±0.2); β = 0.1 · (1 + 0.1 · 1000/10000) = 0.101
     ctl.update(6.6, n_steps=1000)
     assert ctl.value == pytest.approx(0.101)
