@@ -134,6 +134,16 @@ class _Clock:
         return time.time() - self.start
 
 
+def _without_dropout(*models) -> None:
+    """PPO compares log-probabilities and values of the same weights across forwards (old against
+    new, eval against train mode): dropout would make them differ by noise alone."""
+    from trl.trainer.utils import disable_dropout_in_model
+
+    for model in models:
+        if model is not None:
+            disable_dropout_in_model(model)
+
+
 def _accelerator(config: StepPPOConfig, policy):
     """The run's Accelerator: --bf16, else the launcher's mixed precision (TrainingArguments reads it
     from accelerate's config; the weights stay float32 either way, rl.ppo_setup._dtype); under
@@ -165,13 +175,7 @@ class StepPPOTrainer:
         self.args = config  # checked when it was made (StepPPOConfig.validate)
         self.hooks = hooks
         if config.disable_dropout:
-            # PPO compares log-probabilities and values of the same weights across forwards (old
-            # against new, eval against train mode): dropout would make them differ by noise alone.
-            from trl.trainer.utils import disable_dropout_in_model
-
-            for model in (policy, critic, ref_policy):
-                if model is not None:
-                    disable_dropout_in_model(model)
+            _without_dropout(policy, critic, ref_policy)
         self.accelerator = _accelerator(config, policy)
         set_seed(config.seed)
         self.tokenizer = tokenizer
