@@ -335,7 +335,8 @@ def _load_hub(text: str, default_split: str, question_column, answer_column, lim
                                "no cached copy; download it first or name a local file") from None
         raise DatasetError(f"{text}: cannot load from the Hub ({type(e).__name__}: "
                            f"{' '.join(str(e).split())[:200]})") from None
-    return _from_dataset(dataset, text, question_column, answer_column, limit, f"{hub_id.split('/')[-1]}-{split}-"), split
+    id_prefix = f"{hub_id.split('/')[-1]}-{split}-"
+    return _from_dataset(dataset, text, question_column, answer_column, limit, id_prefix), split
 
 
 def _load_registry(text: str, data_dir, source: str, limit: int | None) -> ProblemSet:
