@@ -645,7 +645,8 @@ def check_steps(problem: Problem | dict[str, Any], steps: list[str], strict: boo
     return out
 
 
-def _check_computation(text, quantities, true, claimed_by_path, reading: _Reading, strict: bool) -> StepCheck:
+def _check_computation(text: str, quantities: dict[str, Any], true: dict[str, Fraction],
+                       claimed_by_path: dict[str, Fraction], reading: _Reading, strict: bool) -> StepCheck:
     m = _STEP_RE.match(text)
     if not m:
         return StepCheck(False, "format")
@@ -764,7 +765,8 @@ def _solution_order(problem: Problem | dict[str, Any]) -> list[str]:
     return order
 
 
-def _try_corrupt(spec, quantities, order, i, kind, rng) -> list[str] | None:
+def _try_corrupt(spec: dict[str, Any], quantities: dict[str, Any], order: list[str], i: int, kind: str,
+                 rng: random.Random) -> list[str] | None:
     item = spec["item"]
     values = {k: Fraction(q["value"]) for k, q in quantities.items()}
     steps = []
