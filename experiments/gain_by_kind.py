@@ -8,8 +8,8 @@ For each run folder (`eval_before_rows.jsonl` and `eval_after_rows.jsonl` of `rl
 inverse phrasing, those with a stale-count trap (`reasoning.world.misreadings_of`; a problem with
 both is in both), those with neither, and all of them. Each line has greedy accuracy before and
 after, the problems won (wrong before, right after) and lost (right before, wrong after), and the
-paired bootstrap interval of the change. Runs named `NAME_s<seed>` are also pooled per NAME (mean of the seeds' changes, the
-interval over the pooled pairs).
+paired bootstrap interval of the change. Runs named `NAME_s<seed>` are also pooled per NAME (mean of
+the seeds' changes, the interval over the pooled pairs).
 
 Then the earliest-error kinds of the wrong answers before and after, recomputed with the current
 checker (so stored runs read like new ones): `misread_inverse` (an inverse phrasing computed with
@@ -59,7 +59,8 @@ def error_mix(rows: dict[str, dict[str, Any]], problems: dict[str, dict[str, Any
             raise KeyError(f"row id {rid!r} is not one of the rebuilt world problems "
                            "(another world seed, n_eval or policy world?)")
         if not row.get("correct"):
-            mix[error_kind(problems[rid], split_steps(row.get("completion") or "").steps) or "right_steps_wrong_grade"] += 1
+            steps = split_steps(row.get("completion") or "").steps
+            mix[error_kind(problems[rid], steps) or "right_steps_wrong_grade"] += 1
     return dict(mix.most_common())
 
 

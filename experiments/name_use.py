@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|")
     fmt = lambda x: "—" if x is None else f"{x:.2f}"  # noqa: E731
     for key, r in result.items():
-        print(f"| {key} | {r['multi_step_paths']} | {fmt(r['one_name'])} | {r['top_name']} ({fmt(r['top_name_share'])}) "
+        print(f"| {key} | {r['multi_step_paths']} | {fmt(r['one_name'])} "
+              f"| {r['top_name']} ({fmt(r['top_name_share'])}) "
               f"| {fmt(r['naming_slips'])} ({r['right_steps']} right steps) | {r['unknown_quantity_errors']} |")
     return 0
 

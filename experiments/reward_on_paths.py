@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=1))
         return 0
     fmt = lambda x: "—" if x is None else f"{x:.3f}"  # noqa: E731
-    print("| run | paths | accuracy | min score | mean score | min score, right paths | min score, wrong paths | steps |")
+    print("| run | paths | accuracy | min score | mean score | min score, right paths | min score, wrong paths "
+          "| steps |")
     print("|---|---|---|---|---|---|---|---|")
     for key, r in result.items():
         print(f"| {key} | {r['paths']} | {fmt(r['accuracy'])} | {fmt(r['min_score'])} | {fmt(r['mean_score'])} | "

@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
               "neither": part([i for i in everything if not kinds[i]])}
     texts = [c.text for group in samples for c in group]
     result["steps_per_sample"] = sum(len(split_steps(t).steps) for t in texts) / max(len(texts), 1)
-    result["tokens_per_sample"] = sum(len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts) / max(len(texts), 1)
+    tokens = sum(len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts)
+    result["tokens_per_sample"] = tokens / max(len(texts), 1)
     mix = result["error_mix"]
     result["misread_share_of_errors"] = (sum(v for k, v in mix.items() if k.startswith("misread"))
                                          / max(sum(mix.values()), 1))

@@ -45,7 +45,7 @@ def _check(value: Fraction) -> Fraction:
 def _eval(node: ast.AST, depth: int) -> Fraction:
     if depth > MAX_DEPTH:
         raise ArithmeticError_("expression nested too deeply")
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
         if isinstance(node.value, float) and not math.isfinite(node.value):  # 1e999 reads as inf
             raise ArithmeticError_(f"literal out of range: {node.value!r}")
         return _check(Fraction(str(node.value)) if isinstance(node.value, float) else Fraction(node.value))

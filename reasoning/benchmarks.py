@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -389,7 +389,7 @@ def _parse_jsonl_line(raw: bytes, lineno: int, path: Path) -> tuple[str, dict | 
     return where, row
 
 
-def iter_jsonl_objects(path: str | Path):
+def iter_jsonl_objects(path: str | os.PathLike[str]) -> Iterator[tuple[int, str, dict[str, Any]]]:
     """(line number, "file:line", object) for every non-blank line of a JSONL file of objects.
 
     Raises DatasetError naming the file and line for bytes that are not UTF-8, invalid JSON, or a
@@ -403,7 +403,7 @@ def iter_jsonl_objects(path: str | Path):
                 yield lineno, where, row
 
 
-def read_appended_jsonl(path: str | Path) -> tuple[list[tuple[int, dict]], bool]:
+def read_appended_jsonl(path: str | os.PathLike[str]) -> tuple[list[tuple[int, dict]], bool]:
     """The rows of a JSONL file a run appends to, for resuming it.
 
     Returns (line number, object) for every complete line, and whether a partial last line (text
@@ -569,8 +569,8 @@ def load_benchmark(
     if text.endswith(".jsonl") or path.is_file():
         if not path.is_file():
             raise FileNotFoundError(f"no such dataset file: {path}")
-        spec = spec_for_filename(path)
-        return load_jsonl_problems(path, _file_kind(spec), limit)
+        file_spec = spec_for_filename(path)
+        return load_jsonl_problems(path, _file_kind(file_spec), limit)
     known = ", ".join(sorted(BENCHMARKS))
     raise ValueError(f"unknown benchmark {text!r}; known benchmarks: {known} (or a path to a .jsonl file)")
 

@@ -144,7 +144,7 @@ def _patterns() -> tuple[tuple[int, Any, Any], ...]:
 
 def _payloads(match: re.Match[str]) -> list[str]:
     """The strings of a match that math-verify would hand to sympy."""
-    payloads = []
+    payloads: list[str] = []
     for name, value in match.groupdict().items():
         if not value:
             continue
@@ -178,7 +178,7 @@ def _candidates(text: str) -> list[tuple[int, re.Match[str], Any, bool]]:
         starts = [m.start(k) for k, v in m.groupdict().items() if v and k.startswith(("expr", "integer", "decimal"))]
         return any(a <= i < b for i in starts for a, b in broken)
 
-    found = []
+    found: list[tuple[int, re.Match[str], Any, bool]] = []
     for priority, regex, target in _patterns():
         matches = [m for m in regex.finditer(text) if not in_broken_inline(m, target)]
         found.extend(

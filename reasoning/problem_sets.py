@@ -30,6 +30,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from reasoning.answers import find_boxed, parse_number
@@ -257,14 +258,15 @@ def _load_world(name: str, world: WorldDraw | None, limit: int | None) -> Proble
     return ProblemSet(name, [row_to_problem(r) for r in rows], split, rows)
 
 
-def _load_jsonl(path: Path, question_column, answer_column, limit) -> list[Problem]:
+def _load_jsonl(path: Path, question_column: str | None, answer_column: str | None,
+                limit: int | None) -> list[Problem]:
     spec = spec_for_filename(path)  # a registry file name: the benchmark's answer kinds
     rows = ((where, row) for _, where, row in iter_jsonl_objects(path))
     return _problems_from_rows(rows, None, question_column, answer_column, f"{path.stem}-",
                                spec.kind_for_row if spec is not None else None, limit, str(path))
 
 
-def _datasets():
+def _datasets() -> ModuleType:
     try:
         import datasets
     except ImportError as e:  # pragma: no cover - datasets is a dependency
@@ -273,13 +275,16 @@ def _datasets():
     return datasets
 
 
-def _from_dataset(dataset, name: str, question_column, answer_column, limit, id_prefix: str) -> list[Problem]:
+def _from_dataset(dataset: Any, name: str, question_column: str | None, answer_column: str | None,
+                  limit: int | None, id_prefix: str) -> list[Problem]:
+    """`dataset`: a `datasets.Dataset` (rows and `column_names`)."""
     rows = ((f"{name} row {i}", row) for i, row in enumerate(dataset))
     return _problems_from_rows(rows, dataset.column_names, question_column, answer_column, id_prefix, None,
                                limit, name)
 
 
-def _load_file(path: Path, question_column, answer_column, limit) -> list[Problem]:
+def _load_file(path: Path, question_column: str | None, answer_column: str | None,
+               limit: int | None) -> list[Problem]:
     builder = FILE_FORMATS.get(path.suffix.lower())
     if builder is None:
         raise DatasetError(f"{path}: unknown file type {path.suffix!r}; use one of {', '.join(FILE_FORMATS)}")
@@ -294,8 +299,8 @@ def _load_file(path: Path, question_column, answer_column, limit) -> list[Proble
     return _from_dataset(dataset, str(path), question_column, answer_column, limit, f"{path.stem}-")
 
 
-def _load_disk(path: Path, split: str | None, default_split: str, question_column, answer_column,
-               limit) -> tuple[list[Problem], str | None]:
+def _load_disk(path: Path, split: str | None, default_split: str, question_column: str | None,
+               answer_column: str | None, limit: int | None) -> tuple[list[Problem], str | None]:
     datasets = _datasets()
     try:
         loaded = datasets.load_from_disk(str(path))
@@ -317,7 +322,8 @@ def _hub_offline() -> bool:
         os.environ.get("HF_DATASETS_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
 
 
-def _load_hub(text: str, default_split: str, question_column, answer_column, limit) -> tuple[list[Problem], str]:
+def _load_hub(text: str, default_split: str, question_column: str | None, answer_column: str | None,
+              limit: int | None) -> tuple[list[Problem], str]:
     parts = text.split(":")
     hub_id, config, split = parts[0], None, default_split
     if len(parts) == 2:
@@ -335,10 +341,12 @@ def _load_hub(text: str, default_split: str, question_column, answer_column, lim
                                "no cached copy; download it first or name a local file") from None
         raise DatasetError(f"{text}: cannot load from the Hub ({type(e).__name__}: "
                            f"{' '.join(str(e).split())[:200]})") from None
-    return _from_dataset(dataset, text, question_column, answer_column, limit, f"{hub_id.split('/')[-1]}-{split}-"), split
+    id_prefix = f"{hub_id.split('/')[-1]}-{split}-"
+    return _from_dataset(dataset, text, question_column, answer_column, limit, id_prefix), split
 
 
-def _load_registry(text: str, data_dir, source: str, limit: int | None) -> ProblemSet:
+def _load_registry(text: str, data_dir: str | os.PathLike[str] | None, source: str,
+                   limit: int | None) -> ProblemSet:
     try:
         problems = load_benchmark(text, data_dir=data_dir, limit=limit, source=source)
     except (DatasetError, FileNotFoundError):

@@ -9,6 +9,8 @@ steps a generation continues) at the start of the assistant's.
 
 from __future__ import annotations
 
+from typing import Any
+
 from reasoning.steps import join_steps, prefix_text
 
 STEP_OPEN, STEP_CLOSE = "<Step>", "</Step>"
@@ -97,7 +99,7 @@ def chat_turns(prompt: str) -> tuple[str, str]:
     return prompt[:cut].strip(), prompt[cut:]
 
 
-def chat_prompt(tokenizer, prompt: str) -> str:
+def chat_prompt(tokenizer: Any, prompt: str) -> str:
     """`prompt` through `tokenizer`'s chat template: the instruction as the user's message, then the
     assistant's turn opened and continued with the steps the prompt already holds (as text, special
     tokens written out, to be tokenized without adding any)."""
@@ -107,12 +109,12 @@ def chat_prompt(tokenizer, prompt: str) -> str:
     return opened + reply
 
 
-def has_chat_template(tokenizer) -> bool:
+def has_chat_template(tokenizer: Any) -> bool:
     """Whether `tokenizer` carries a chat template (an instruct model's tokenizer does)."""
     return bool(getattr(tokenizer, "chat_template", None))
 
 
-def format_prompts(tokenizer, prompts: list[str], chat_template: bool = True) -> list[str]:
+def format_prompts(tokenizer: Any, prompts: list[str], chat_template: bool = True) -> list[str]:
     """The prompts as the model reads them: through its chat template when it has one and
     `chat_template` is on, else unchanged (the plain templates)."""
     if not (chat_template and has_chat_template(tokenizer)):

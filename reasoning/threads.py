@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 
 
 def available_cores() -> int:
@@ -40,7 +41,7 @@ def threads_for_baseline(num_threads: int) -> None:
 
 
 @contextlib.contextmanager
-def torch_threads(n: int):
+def torch_threads(n: int) -> Iterator[int]:
     """`n` torch threads inside the block (OMP_NUM_THREADS too, for mains called there); restored after."""
     import torch
 

@@ -7,14 +7,18 @@ tokens, and bytes are the fallback so any text (real benchmarks, LaTeX) round-tr
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 TAG_TOKENS = ["<Step>", "</Step>", "<ans>", "</ans>"]
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024):
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024) -> PreTrainedTokenizerFast:
     """Train the tokenizer on `texts` and return a `PreTrainedTokenizerFast` ready for save_pretrained."""
     from transformers import PreTrainedTokenizerFast
 

@@ -28,6 +28,7 @@ import json
 import random
 import re
 import sys
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field, fields
 from fractions import Fraction
 from pathlib import Path
@@ -240,6 +241,7 @@ class _Builder:
         person = current.partition("@")[0]
         if op in ("add", "sub", "mul", "div"):
             inverse = rng.random() < cfg.p_inverse
+            extra: dict[str, int | str]  # the template's words beyond the people and the item
             if op in ("add", "sub"):
                 k = rng.randint(1, cfg.max_delta)
                 value = a + k if op == "add" else a - k
@@ -390,6 +392,7 @@ def _build_problem(rng: random.Random, cfg: WorldConfig) -> dict[str, Any] | Non
     steps = []
     for key in order:
         q = b.quantities[key]
+        assert q.op is not None  # only computed quantities are marked needed
         expr = f" {OP_SYMBOL[q.op]} ".join(str(b.value(a)) if isinstance(a, str) else str(a) for a in q.args)
         steps.append(step_text(key, expr, q.value, b.item))
     steps.append(answer_step(b.value(target)))
@@ -427,8 +430,10 @@ def world_config_of(policy_dir: str | Path | None) -> WorldConfig:
                   f"world's defaults (inverse phrasings {WorldConfig().p_inverse}); copy the file of the world "
                   "the policy was taught on into that folder to use it", file=sys.stderr)
         return WorldConfig()
-    values = json.loads(saved.read_text())
-    return WorldConfig(**{k: (tuple(v) if k == "ops" else v) for k, v in values.items()})
+    values: dict[str, Any] = json.loads(saved.read_text())
+    if "ops" in values:
+        values["ops"] = tuple(values["ops"])  # JSON has no tuples
+    return WorldConfig(**values)
 
 
 WORLD_FILES = ("world_config.json", "teacher.json")
@@ -575,7 +580,8 @@ class _Reading:
             _, stale_args = misread_relation(q, ("stale",))
             for values in (self.true, path):
                 operands = self.operands(key, values)
-                if inverse_op != q["op"] and sym == OP_SYMBOL[inverse_op] and [x, y] == operands:
+                if inverse_op is not None and inverse_op != q["op"] and sym == OP_SYMBOL[inverse_op] \
+                        and [x, y] == operands:
                     return "misread_inverse"
                 # the stale reading's operands: the count before the event, the others as carried
                 stale = [self.true[a] if a != b else v for a, b, v in zip(stale_args, q["args"], operands)]
@@ -639,7 +645,8 @@ def check_steps(problem: Problem | dict[str, Any], steps: list[str], strict: boo
     return out
 
 
-def _check_computation(text, quantities, true, claimed_by_path, reading: _Reading, strict: bool) -> StepCheck:
+def _check_computation(text: str, quantities: dict[str, Any], true: dict[str, Fraction],
+                       claimed_by_path: dict[str, Fraction], reading: _Reading, strict: bool) -> StepCheck:
     m = _STEP_RE.match(text)
     if not m:
         return StepCheck(False, "format")
@@ -653,10 +660,12 @@ def _check_computation(text, quantities, true, claimed_by_path, reading: _Readin
     parsed = _parse_binary(m.group("expr"))
     done = set(claimed_by_path)  # quantities the path computed before this step
     by_computation = not strict and parsed is not None  # else by the name and the result
-    meant = reading.computes(*parsed, claimed, claimed_by_path) if by_computation and value == claimed else None
-    if meant is not None and meant != key and key in quantities \
-            and reading.misreading(*parsed, claimed_by_path, done, only=key):
-        meant = None  # the misreading of the quantity it names, not another's step misnamed
+    meant = None
+    if parsed is not None and by_computation and value == claimed:
+        meant = reading.computes(*parsed, claimed, claimed_by_path)
+        if meant is not None and meant != key and key in quantities \
+                and reading.misreading(*parsed, claimed_by_path, done, only=key):
+            meant = None  # the misreading of the quantity it names, not another's step misnamed
     if meant is not None:  # a needed computation with the right operands, under whatever name
         claimed_by_path[meant] = claimed
         return StepCheck(True, "correct", meant, _fmt(claimed), _fmt(true[meant]), naming_slip=meant != key)
@@ -749,12 +758,15 @@ def _solution_order(problem: Problem | dict[str, Any]) -> list[str]:
     order = []
     for s in steps[:-1]:
         m = _STEP_RE.match(s)
+        if m is None:
+            raise ValueError(f"not a computation step of the world's gold solution: {s!r}")
         order.append(TOTAL_KEY if m.group("together") else m.group("who") + ("@now" if m.group("now") else ""))
     assert all(k in spec["quantities"] for k in order)
     return order
 
 
-def _try_corrupt(spec, quantities, order, i, kind, rng) -> list[str] | None:
+def _try_corrupt(spec: dict[str, Any], quantities: dict[str, Any], order: list[str], i: int, kind: str,
+                 rng: random.Random) -> list[str] | None:
     item = spec["item"]
     values = {k: Fraction(q["value"]) for k, q in quantities.items()}
     steps = []
@@ -793,7 +805,7 @@ def _try_corrupt(spec, quantities, order, i, kind, rng) -> list[str] | None:
 # A weaker teacher: solutions that take the plausible wrong reading of a decision, consistently.
 
 
-def misread_relation(q: dict[str, Any], misread: tuple[str, ...] | set[str]) -> tuple[str | None, list[Any]]:
+def misread_relation(q: dict[str, Any], misread: Collection[str]) -> tuple[str | None, list[Any]]:
     """A quantity's operation and operands as a reader who misreads the given kinds writes them:
     `inverse` swaps the operation of an inversely phrased relation (add <-> sub, mul <-> div);
     `stale` takes a person's count before their event ('Hal@now' -> 'Hal') in a relation."""
@@ -810,7 +822,7 @@ def misreadings_of(problem: Problem | dict[str, Any]) -> list[str]:
     return [kind for kind in MISREADINGS if teacher_solution(problem, (kind,)) is not None]
 
 
-def teacher_solution(problem: Problem | dict[str, Any], misread: tuple[str, ...] | set[str],
+def teacher_solution(problem: Problem | dict[str, Any], misread: Collection[str],
                      max_value: int = 999) -> list[str] | None:
     """The solution of a teacher who misreads the given kinds of decision, carried consistently to
     its answer: `inverse`, every inversely phrased relation computed with the operation its words
@@ -842,7 +854,9 @@ def teacher_solution(problem: Problem | dict[str, Any], misread: tuple[str, ...]
         if key not in needed:
             continue
         operands = [values[a] if isinstance(a, str) else Fraction(a) for a in args[key]]
-        sym = OP_SYMBOL[ops[key]]
+        op = ops[key]
+        assert op is not None  # `needed` holds only computed quantities
+        sym = OP_SYMBOL[op]
         value = _apply(operands[0], sym, operands[1])
         if value is None or value.denominator != 1 or not 1 <= value <= max_value:
             return None

@@ -155,8 +155,9 @@ def check_throughput(args, prompts, torch_dtype) -> None:
           f"| transformers generate | {hf_tokens} | {hf_s:.1f} | {hf_tps:.0f} |", flush=True)
     ok = vllm_tps > 0 and hf_tps > 0
     return result(NAMES["throughput"], ok, time.time() - t_start,
-           f"vllm {vllm_tps:.0f} tok/s (eager), hf generate {hf_tps:.0f} tok/s, ratio {vllm_tps / max(hf_tps, 1e-9):.1f}x "
-           f"({len(prompts)} prompts x {args.samples} samples, <= {args.max_new_tokens} tokens, {args.device}, {dtype})")
+           f"vllm {vllm_tps:.0f} tok/s (eager), hf generate {hf_tps:.0f} tok/s, "
+           f"ratio {vllm_tps / max(hf_tps, 1e-9):.1f}x ({len(prompts)} prompts x {args.samples} samples, "
+           f"<= {args.max_new_tokens} tokens, {args.device}, {dtype})")
 
 
 def vllm_version() -> str:
@@ -250,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         head_dim = head_dim_of(args.policy)
         if head_dim is not None and head_dim < 32:
             for check in args.checks:
-                result(NAMES[check], None, 0, f"vLLM's CPU build needs a head dimension >= 32, {args.policy} has {head_dim}")
+                result(NAMES[check], None, 0,
+                       f"vLLM's CPU build needs a head dimension >= 32, {args.policy} has {head_dim}")
             return 0
     from reasoning.prompts import solve_prompt
     from reasoning.world import generate, world_config_of

@@ -59,7 +59,8 @@ def main() -> int:
                 vs = paired_bootstrap_diff(base, x, resamples=a.resamples)
                 line += f" {vs['diff']:+.3f} [{vs['ci_low']:+.3f}, {vs['ci_high']:+.3f}] |"
         metrics = RunDir(d).metrics
-        line += f" {_tail_mean(metrics, 'objective/kl'):.3f} | {_tail_mean(metrics, 'rollout/steps_per_response'):.2f} |"
+        kl, steps = _tail_mean(metrics, "objective/kl"), _tail_mean(metrics, "rollout/steps_per_response")
+        line += f" {kl:.3f} | {steps:.2f} |"
         print(line)
     print(f"\n{len(ids)} problems, the same for every run; paired bootstrap, {a.resamples} resamples.")
     return 0

@@ -146,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, dict] = {}
     lines = ["| run | seeds | greedy before | greedy after (mean) | change per seed | mean change (min, max) | "
              "pooled change [95% CI] | rollouts to +5 on the probe | s/update | training s per seed | "
-             "tokens sampled per seed (M) | held per seed (probe lowest − start; steps per response, first → last ten updates) | "
+             "tokens sampled per seed (M) | "
+             "held per seed (probe lowest − start; steps per response, first → last ten updates) | "
              "after − first [95% CI] |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     curves = {}

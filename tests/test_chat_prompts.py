@@ -29,7 +29,8 @@ class FakeTokenizer:
         import jinja2
 
         assert tokenize is False
-        return jinja2.Template(self.chat_template).render(messages=messages, add_generation_prompt=add_generation_prompt)
+        template = jinja2.Template(self.chat_template)
+        return template.render(messages=messages, add_generation_prompt=add_generation_prompt)
 
 
 @pytest.mark.parametrize("prompt, user, reply", [

@@ -24,7 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PYTHONS = {"python", "python3", ".venv/bin/python"}
 ACCELERATES = {"accelerate", ".venv/bin/accelerate"}
-EXTERNAL_MODULES = {"pytest"}  # not the toolkit's: only the paths it is given are checked
+EXTERNAL_MODULES = {"pytest", "mypy"}  # not the toolkit's: only the paths it is given are checked
 SHELL_WORDS = {"for", "while", "do", "done", "if", "then", "fi", "case", "esac"}
 FLAG = re.compile(r"--[A-Za-z][A-Za-z0-9_-]*")
 

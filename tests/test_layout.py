@@ -131,6 +131,15 @@ def test_toolkit_never_imports_the_lab_or_the_scripts():
     assert not bad, "\n".join(bad)
 
 
+def test_scripts_holds_entry_points_only():
+    """`scripts/` holds what a user runs (set-up and tests, the comparison, the PPO reports, the GPU
+    checks); a lab script (a study, a benchmark) goes to `experiments/`, run as `python -m
+    experiments.NAME`."""
+    entry_points = {"setup_env.sh", "test.sh", "compare.py", "ppo_report.py", "rl_comparison.py",
+                    "gpu_smoke.sh", "gpu_smoke_vllm.py"}
+    assert {p.name for p in (ROOT / "scripts").iterdir() if p.is_file()} == entry_points
+
+
 def test_the_wheel_ships_the_toolkit_only():
     tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11's tomllib")
     setuptools = pytest.importorskip("setuptools")

@@ -132,11 +132,11 @@ def test_length_buckets_reach_the_trainer_dataloader(tmp_path):
 
 
 def test_bench_sft_order_counts_the_padding_of_each_batch_order():
-    """`scripts/bench_sft_order.py`'s share of tokens that are not padding, against hand-computed
+    """`experiments/bench_sft_order.py`'s share of tokens that are not padding, against hand-computed
     values: one batch of all rows pads every row to the longest (20 of 32 tokens real) whatever the
     order; equal rows pad nothing; the ragged last batch is dropped as the recipe drops it (the long
     row is either dropped, 24 of 24, or pads its batch of four, 30 of 48)."""
-    from scripts.bench_sft_order import useful_share
+    from experiments.bench_sft_order import useful_share
 
     for order in ("random", "group_by_length", "length_buckets"):
         assert useful_share([2, 4, 6, 8], 4, order) == pytest.approx(20 / 32)

@@ -1,6 +1,6 @@
 """SFT time by batch order: random batches against orders with less padding, the same recipe, in one run.
 
-    python scripts/bench_sft_order.py [--config configs/sft/long_world.yaml] [--threads 2]
+    python -m experiments.bench_sft_order [--config configs/sft/long_world.yaml] [--threads 2]
         [--orders random,length_buckets,batch_rebalance]
 
 Trains the recipe once per order, one after the other, and prints, for each: the share of the
@@ -27,7 +27,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):
+    sys.path.insert(0, str(ROOT))
 ORDER_FLAGS = {
     "random": ["--train_sampling_strategy", "random"],
     "length_buckets": ["--length_buckets", "true"],
@@ -75,7 +76,8 @@ def main() -> int:
     parser.add_argument("--config", default="configs/sft/long_world.yaml")
     parser.add_argument("--threads", type=int, default=2, help="torch threads of each SFT run")
     parser.add_argument("--orders", default="random,length_buckets,batch_rebalance",
-                        help=f"comma-separated, the first is the baseline of the ratios; known: {', '.join(ORDER_FLAGS)}")
+                        help="comma-separated, the first is the baseline of the ratios; known: "
+                             f"{', '.join(ORDER_FLAGS)}")
     parser.add_argument("--out", default=None, help="where the policies go (default: a temporary folder)")
     a = parser.parse_args()
     orders = [o.strip() for o in a.orders.split(",") if o.strip()]

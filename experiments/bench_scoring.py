@@ -1,6 +1,6 @@
 """Speed of PSV scoring: one forward pass per path against one forward pass per prefix.
 
-    python scripts/bench_scoring.py [--psv DIR] [--n_paths 240] [--batch_size 16]
+    python -m experiments.bench_scoring [--psv DIR] [--n_paths 240] [--batch_size 16]
 
 Builds a tiny PSV offline (a BPE tokenizer trained on world text and a small Llama with a new
 head), or loads `--psv`, takes world paths of 6-8 steps (gold paths and paths with an injected
@@ -23,9 +23,8 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reasoning.prompts import solve_prompt  # noqa: E402
 from reasoning.steps import join_steps  # noqa: E402

@@ -1,6 +1,7 @@
 """The cost of step scoring: time per PPO update of step-PPO over outcome-PPO, in one run.
 
-    python scripts/bench_ppo_reward.py [--policy outputs/sft_tiny] [--verifier outputs/psv_tiny] [--updates 6]
+    python -m experiments.bench_ppo_reward [--model_name_or_path outputs/sft_tiny] [--verifier outputs/psv_tiny]
+        [--updates 6]
 
 Both trainers start from the same policy, critic and seed and alternate updates (step, outcome,
 step, ...), so machine noise hits both alike. Prints seconds per update for each, split into
@@ -17,12 +18,13 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--policy", default="outputs/sft_tiny")
+    parser.add_argument("--model_name_or_path", default="outputs/sft_tiny", help="the policy")
     parser.add_argument("--verifier", default="outputs/psv_tiny")
     parser.add_argument("--updates", type=int, default=6)
     parser.add_argument("--prompts_per_update", type=int, default=32)
@@ -36,8 +38,9 @@ def main() -> int:
     trainers = {}
     tmp = tempfile.mkdtemp(prefix="bench_ppo_")
     for reward in ("step", "outcome"):
-        args = StepPPOConfig(output_dir=f"{tmp}/{reward}", model_name_or_path=a.model_name_or_path, verifier=a.verifier, reward=reward,
-                             build_missing=False, prompts_per_update=a.prompts_per_update,
+        args = StepPPOConfig(output_dir=f"{tmp}/{reward}", model_name_or_path=a.model_name_or_path,
+                             verifier=a.verifier, reward=reward, build_missing=False,
+                             prompts_per_update=a.prompts_per_update,
                              num_generations=a.num_generations, report_to="none", disable_tqdm=True)
         train, rows = load_problems("world", args.n_prompts, args, "train")
         policy, tok = load_policy(args)

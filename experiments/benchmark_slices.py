@@ -2,7 +2,7 @@
 grading end to end (with tiny world models the accuracy means nothing; the point is that nothing
 breaks and every anomaly is counted).
 
-    python scripts/benchmark_slices.py --policy outputs/sft_tasks --verifier outputs/psv_tiny \
+    python -m experiments.benchmark_slices --policy outputs/sft_tasks --verifier outputs/psv_tiny \
         [--limit 20] [--out runs/slices]
 
 Runs `python -m inference.evaluate` (in-process) for each method × benchmark with small method
@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 BENCHMARKS = ("gsm8k", "math500", "svamp", "addsub", "asdiv", "aqua", "gsm_ic_2step", "gsm_ic_mstep")
 METHODS = {
