@@ -17,10 +17,13 @@ from compare.pipeline import plan, run
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=compare.__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", default=None, help=f"YAML recipe (default: the embedded default, {DEFAULT_CONFIG.relative_to(ROOT)})")
+    p = argparse.ArgumentParser(description=compare.__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", default=None,
+                   help=f"YAML recipe (default: the embedded default, {DEFAULT_CONFIG.relative_to(ROOT)})")
     p.add_argument("--out", required=True, help="Output directory (report.md, summary.json, the PNG, eval/, logs/)")
-    p.add_argument("--quick", action="store_true", help=f"Merge {QUICK_CONFIG.relative_to(ROOT)} over the config (smoke run)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"Merge {QUICK_CONFIG.relative_to(ROOT)} over the config (smoke run)")
     p.add_argument("--n_problems", type=int, default=None, help="Override eval.n_problems")
     p.add_argument("--cache_dir", default=None, help="Override cache_dir")
     p.add_argument("--workers", type=int, default=None, help="Override workers")

@@ -25,7 +25,8 @@ def load_eval_problems(ev: EvalSection, sft_dir: str):
         from reasoning.world import generate, row_to_problem, world_config_of
 
         split = ev.dataset.split(":", 1)[1] if ":" in ev.dataset else "test"
-        rows = generate(split, ev.n_problems, ev.world_seed, world_config_of(sft_dir if Path(sft_dir).is_dir() else None))
+        rows = generate(split, ev.n_problems, ev.world_seed,
+                        world_config_of(sft_dir if Path(sft_dir).is_dir() else None))
         return [row_to_problem(r) for r in rows], rows
     from inference.evaluate import world_rows_of
     from reasoning.benchmarks import load_benchmark

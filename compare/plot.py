@@ -35,7 +35,8 @@ def plot(path: Path, cfg: CompareConfig, curves: dict[str, dict[str, Any]], tabl
             pts = c.get(method) or []
             if pts:
                 ax.plot([p["tokens_per_problem"] for p in pts], [p["accuracy"] for p in pts], marker=markers[method],
-                        color=color, linestyle=styles[method], alpha=0.85, markerfacecolor="none" if method == REFERENCE else color)
+                        color=color, linestyle=styles[method], alpha=0.85,
+                        markerfacecolor="none" if method == REFERENCE else color)
                 for p in pts:
                     ax.annotate(f"T{p['t']}", (p["tokens_per_problem"], p["accuracy"]), fontsize=6, color=color,
                                 textcoords="offset points", xytext=(3, -8))
@@ -46,7 +47,8 @@ def plot(path: Path, cfg: CompareConfig, curves: dict[str, dict[str, Any]], tabl
                            s=90 if method == "beats" else 40, zorder=3)
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], color=colors[i % len(colors)], lw=3, label=policy_label(p)) for i, p in enumerate(cfg.policies)]
+    handles = [Line2D([], [], color=colors[i % len(colors)], lw=3, label=policy_label(p))
+               for i, p in enumerate(cfg.policies)]
     names = {"self_consistency": "self-consistency (N)", "best_of_n": "Best-of-N (N)", "stepco": "StepCo (T rounds)",
              "beats": "BEATS", "greedy": "greedy", REFERENCE: "StepCo + exact checker (reference)"}
     shown = {m for pol in curves.values() for m, pts in pol.items() if pts} | {

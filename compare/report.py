@@ -54,7 +54,8 @@ def write_report(path: Path, s: dict[str, Any], cfg: CompareConfig) -> None:
                  f"response limit {ppo['max_completion_length']} tokens, seed {ppo['seed']}. Rewards: "
                  + "; ".join(f"{policy_label(n)}: {run_reward(cfg, n)}" for n in cfg.ppo.runs if n in cfg.policies)
                  + ". Each PPO row is **one training seed**, one draw of a run whose gain moves from seed to seed: "
-                 f"the figures of this recipe over three or more seeds are in {cfg.ppo.seeds_page or 'docs/results/README.md'}.\n")
+                 "the figures of this recipe over three or more seeds are in "
+                 f"{cfg.ppo.seeds_page or 'docs/results/README.md'}.\n")
     cal = s.get("stepco_threshold")
     if cal and cal.get("fallback"):
         L.append(f"**StepCo's threshold** θ = {cal['threshold']} as configured: calibration on "
@@ -127,7 +128,8 @@ def write_report(path: Path, s: dict[str, Any], cfg: CompareConfig) -> None:
         for policy in cfg.policies:
             for label, a in s["answer_changes"].get(policy, {}).items():
                 ver = "exact checker (reference)" if label == REFERENCE else verifier_name(cfg)
-                L.append(f"| {policy_label(policy)} | {ver} | {a['correct_to_correct']} | {a['incorrect_to_correct']} | "
+                L.append(f"| {policy_label(policy)} | {ver} | {a['correct_to_correct']} | "
+                         f"{a['incorrect_to_correct']} | "
                          f"{a['correct_to_incorrect']} | {a['incorrect_to_incorrect']} | {a['revised']} of {a['n']} | "
                          f"{a['net_gain']:+d} |")
         L.append("")

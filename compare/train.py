@@ -117,7 +117,8 @@ def build_psv(cfg: CompareConfig, art: Artefact, policy: str) -> None:
     art.dir.mkdir(parents=True, exist_ok=True)
     rows_path = art.dir / "annotation.jsonl"
     settings = {**cfg.psv.annotate, "policy": policy, "out": str(rows_path), "n": cfg.psv.n_problems}
-    log(f"psv: annotating {cfg.psv.n_problems} problems of {settings.get('data', 'world')} ({settings.get('method', 'tree')}) "
+    log(f"psv: annotating {cfg.psv.n_problems} problems of {settings.get('data', 'world')} "
+        f"({settings.get('method', 'tree')}) "
         f"into {rows_path} (resumes)")
     try:
         annotate_config = AnnotateConfig(**settings)

@@ -31,7 +31,8 @@ def test_quick_run_writes_every_cell_and_rerun_reuses_the_cache(tmp_path):
         assert (out / name).stat().st_size > 0, name
     assert (out / "accuracy_vs_tokens.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     s = json.loads((out / "summary.json").read_text())
-    policies, methods = ["sft", "outcome_ppo", "step_ppo"], ["greedy", "self_consistency", "best_of_n", "stepco", "beats"]
+    policies, methods = ["sft", "outcome_ppo", "step_ppo"], ["greedy", "self_consistency", "best_of_n", "stepco",
+                                                             "beats"]
     assert s["policies"] == policies and s["n_problems"] == 3 and s["total_wall_seconds"] > 0
     for policy in policies:
         cells = s["table"][policy]
@@ -75,7 +76,8 @@ def test_quick_run_writes_every_cell_and_rerun_reuses_the_cache(tmp_path):
     assert s["verifier"] == s["artefacts"]["psv"]["spec"]
     assert s["budgets"]["gold_at_inference"] is False and s["effects"]["headline"]
     report = (out / "report.md").read_text()
-    for text in ("| step-PPO | StepCo |", "reference", "correct → incorrect", "verifier tokens", "accuracy_vs_tokens.png"):
+    for text in ("| step-PPO | StepCo |", "reference", "correct → incorrect", "verifier tokens",
+                 "accuracy_vs_tokens.png"):
         assert text in report, text
 
     # a second run: every artefact and every cell reused, nothing trained again
@@ -133,15 +135,18 @@ def test_config_errors_name_the_key(tmp_path):
 
 def test_artefact_hashes_follow_what_defines_them(tmp_path):
     base = artefact_cache.artefacts(config.load_config(CLEAN, overrides={"cache_dir": str(tmp_path)}))
-    psv = artefact_cache.artefacts(config.load_config(CLEAN, sets=["psv.n_problems=50"], overrides={"cache_dir": str(tmp_path)}))
+    psv = artefact_cache.artefacts(config.load_config(CLEAN, sets=["psv.n_problems=50"],
+                                                      overrides={"cache_dir": str(tmp_path)}))
     assert psv["sft"].dir == base["sft"].dir
     assert psv["psv"].dir != base["psv"].dir and psv["step_ppo"].dir != base["step_ppo"].dir
-    ev = artefact_cache.artefacts(config.load_config(CLEAN, sets=["eval.n_problems=7", "eval.methods.stepco.threshold=0.7"],
+    ev = artefact_cache.artefacts(config.load_config(CLEAN,
+                                                     sets=["eval.n_problems=7", "eval.methods.stepco.threshold=0.7"],
                                                      overrides={"cache_dir": str(tmp_path)}))
     assert [a.hash for a in ev.values()] == [a.hash for a in base.values()]  # evaluation trains nothing new
     assert base["step_ppo"].dir.name.startswith("ppo-step-") and base["outcome_ppo"].dir.name.startswith("ppo-outcome-")
     given = artefact_cache.artefacts(config.load_config(CLEAN, sets=[f"sft.path={tmp_path}", "psv.path=confidence"]))
-    assert "verifier_lm" not in given and given["sft"].given and given["sft"].spec == str(tmp_path) and given["psv"].spec == "confidence"
+    assert "verifier_lm" not in given and given["sft"].given and given["sft"].spec == str(tmp_path)
+    assert given["psv"].spec == "confidence"
     assert given["step_ppo"].key["policy"] == str(tmp_path)
     assert train.to_argv({"a": True, "b": None, "c": 2}) == ["--a", "true", "--c", "2"]
 
@@ -231,7 +236,9 @@ def test_verifier_lm_is_trained_once_named_and_keys_what_reads_it(tmp_path):
     assert artefact_cache.verifier_spec(cfg, arts, ref=True) == f"step-likelihood:{lm.ref}"
     # the default PPO runs are paid by the answer check: no verifier passed, none in their key
     assert "--verifier" not in train.ppo_argv(cfg, "step_ppo", arts) and arts["step_ppo"].key["verifier"] is None
-    paid = config.load_config(None, sets=["ppo.runs.step_ppo.reward=step", "ppo.runs.step_ppo.args.advantage_estimator=group"], overrides=cache)
+    paid = config.load_config(None,
+                              sets=["ppo.runs.step_ppo.reward=step",
+                                    "ppo.runs.step_ppo.args.advantage_estimator=group"], overrides=cache)
     paid_arts = artefact_cache.artefacts(paid)
     argv = train.ppo_argv(paid, "step_ppo", paid_arts)
     assert argv[argv.index("--verifier") + 1] == spec
@@ -245,7 +252,8 @@ def test_verifier_lm_is_trained_once_named_and_keys_what_reads_it(tmp_path):
     other_paid = artefact_cache.artefacts(config.load_config(
         None, sets=["verifier_lm.args.n_train=1000", "ppo.runs.step_ppo.reward=step",
               "ppo.runs.step_ppo.args.advantage_estimator=group"], overrides=cache))
-    assert other_paid["step_ppo"].dir != paid_arts["step_ppo"].dir and other_paid["outcome_ppo"].dir == arts["outcome_ppo"].dir
+    assert other_paid["step_ppo"].dir != paid_arts["step_ppo"].dir
+    assert other_paid["outcome_ppo"].dir == arts["outcome_ppo"].dir
     # joined with another verifier, or as the methods' verifier only, it is still resolved
     joined = config.load_config(None, sets=["psv.path=confidence", "psv.combine_with=step-likelihood:verifier_lm"],
                                 overrides=cache)
@@ -262,7 +270,9 @@ def test_verifier_lm_is_trained_once_named_and_keys_what_reads_it(tmp_path):
     ga = artefact_cache.artefacts(given)
     assert ga["verifier_lm"].given and artefact_cache.verifier_spec(given, ga) == f"step-likelihood:{tmp_path}"
     assert ga["step_ppo"].key["verifier"] is None  # paid by the answer check
-    gp = artefact_cache.artefacts(config.load_config(None, sets=[f"verifier_lm.path={tmp_path}", "ppo.runs.outcome_ppo.reward=outcome"],
+    gp = artefact_cache.artefacts(config.load_config(None,
+                                                     sets=[f"verifier_lm.path={tmp_path}",
+                                                           "ppo.runs.outcome_ppo.reward=outcome"],
                                                      overrides=cache))
     assert gp["outcome_ppo"].key["verifier"] == f"step-likelihood:{tmp_path}"
     with pytest.raises(config.CompareError, match="verifier_lm.args.output_dir"):

@@ -18,7 +18,8 @@ PROBLEMS = {"a": Problem(id="a", question="What is 2 + 3?", answer="5"),
 
 
 def test_set_items_are_yaml_values_under_dotted_keys():
-    assert config.parse_set("eval.methods.stepco.threshold=0.6") == {"eval": {"methods": {"stepco": {"threshold": 0.6}}}}
+    expected = {"eval": {"methods": {"stepco": {"threshold": 0.6}}}}
+    assert config.parse_set("eval.methods.stepco.threshold=0.6") == expected
     assert config.parse_set("policies=[sft, step_ppo]") == {"policies": ["sft", "step_ppo"]}
     assert config.parse_set("psv.path=") == {"psv": {"path": None}}
     with pytest.raises(config.CompareError, match="section.key=value"):
@@ -156,10 +157,13 @@ def test_report_and_plot_render_from_given_rows(tmp_path):
               "dataset": "world", "max_completion_length": 16, "seed": 0}
     report.write_report(tmp_path / "report.md", {**summary, "ppo_budget": budget}, cfg)
     assert "Each PPO row is **one training seed**" in (tmp_path / "report.md").read_text()
-    with_runs = config.load_config(None, sets=["eval.methods={greedy: {}, best_of_n: {n: 2}}", "eval.threshold_dev_problems=null"])
+    with_runs = config.load_config(None,
+                                   sets=["eval.methods={greedy: {}, best_of_n: {n: 2}}",
+                                         "eval.threshold_dev_problems=null"])
     report.write_report(tmp_path / "report.md", {**summary, "ppo_budget": budget}, with_runs)
     text = (tmp_path / "report.md").read_text()
-    assert f"step-PPO: {report.run_reward(with_runs, 'step_ppo')}" in text and "in docs/results/mc_values_world.md" in text
+    assert f"step-PPO: {report.run_reward(with_runs, 'step_ppo')}" in text
+    assert "in docs/results/mc_values_world.md" in text
     plot.plot(tmp_path / "fig.png", cfg, crv, table)
     assert (tmp_path / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -169,8 +173,11 @@ def test_report_names_each_ppo_runs_reward_and_links_its_seeds_page():
     assert report.run_reward(cfg, "outcome_ppo") == ("the answer check (1 right, 0 wrong) at the last token, "
                                                     "group advantages (no verifier)")
     assert report.run_reward(cfg, "step_ppo").startswith(
-        "the answer check (1 right, 0 wrong) at the last token, credited to steps by Monte Carlo values (4 continuations")
-    paid = config.load_config(None, sets=["ppo.runs.step_ppo.reward=step", "ppo.runs.step_ppo.args.advantage_estimator=group"])
+        "the answer check (1 right, 0 wrong) at the last token, credited to steps by Monte Carlo values "
+        "(4 continuations")
+    paid = config.load_config(None,
+                              sets=["ppo.runs.step_ppo.reward=step",
+                                    "ppo.runs.step_ppo.args.advantage_estimator=group"])
     assert report.run_reward(paid, "step_ppo") == "the verifier's score of each step at its end, group advantages"
     assert cfg.ppo.seeds_page == "docs/results/mc_values_world.md" and (config.ROOT / cfg.ppo.seeds_page).is_file()
 

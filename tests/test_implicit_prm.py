@@ -229,7 +229,8 @@ def test_ppo_online_update_flag(models, tmp_path):
     args = parse_config(["--verifier_online_update", "true", "--verifier", f"product:implicit:{prm_dir},exact",
                          "--reward", "step+gold"])
     assert args.verifier_online_update
-    args = StepPPOConfig(output_dir=str(tmp_path / "run"), model_name_or_path=str(root / "policy"), verifier=f"implicit:{prm_dir}",
+    args = StepPPOConfig(output_dir=str(tmp_path / "run"), model_name_or_path=str(root / "policy"),
+                         verifier=f"implicit:{prm_dir}",
                          build_missing=False, n_prompts=4, prompts_per_update=2, num_generations=2,
                          max_completion_length=24, num_mini_batches=2, report_to="none", disable_tqdm=True,
                          max_steps=1, n_probe=0, save_steps=0, reward="outcome", verifier_online_update=True,

@@ -176,7 +176,8 @@ def test_a_saved_policy_reloads_and_decodes_as_the_trainer_did(float32_runs):
         policy = AutoModelForCausalLM.from_pretrained(str(out / "policy")).eval()
         tok = AutoTokenizer.from_pretrained(str(out / "policy"))
         config = json.loads((out / "run_config.json").read_text())
-        world = WorldDraw(split="test", n=6, seed=config.get("world_seed", 0), config=world_config_of(str(out / "policy")))
+        world = WorldDraw(split="test", n=6, seed=config.get("world_seed", 0),
+                          config=world_config_of(str(out / "policy")))
         problems = load_problem_set("world", role="eval", limit=6, world=world).problems
         rows = greedy_rows(HFGenerator(policy, tok, batch_size=100), problems, max_new_tokens=24)
         trained = [json.loads(line) for line in (out / "eval_after_rows.jsonl").read_text().splitlines()]
@@ -382,12 +383,14 @@ def test_launches_that_cannot_work_stop_before_any_model_loads(models, tmp_path,
     base = ["--model_name_or_path", str(models / "policy"), "--build_missing", "false", "--output_dir",
             str(tmp_path / "run"), "--use_vllm", "true"]
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real_find_spec(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name,
+                        *a: None if name == "vllm" else real_find_spec(name, *a))
     assert ppo_step.main(base) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--use_vllm true needs vLLM" in err[0]
     # with vLLM installed but no GPU: the CPU build needs heads of 32 or more; this policy's are 16
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real_find_spec(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name,
+                        *a: object() if name == "vllm" else real_find_spec(name, *a))
     monkeypatch.setattr("rl.ppo_setup.has_gpu", lambda: False)
     assert ppo_step.main(base) == 2
     err = capsys.readouterr().err.strip().splitlines()

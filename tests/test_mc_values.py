@@ -50,7 +50,8 @@ def make_trainer(policy_dir, tmp_path, **overrides):
     from rl.ppo_setup import load_policy, load_problems
     from rl.ppo_trainer import StepPPOTrainer
 
-    fields = dict(output_dir=str(tmp_path / "run"), model_name_or_path=str(policy_dir), build_missing=False, n_prompts=8,
+    fields = dict(output_dir=str(tmp_path / "run"), model_name_or_path=str(policy_dir), build_missing=False,
+                  n_prompts=8,
                   prompts_per_update=2, num_generations=2, max_completion_length=64, num_mini_batches=2,
                   report_to="none", disable_tqdm=True, reward="gold", advantage_estimator="mc_values",
                   mc_rollouts=4)

@@ -69,7 +69,8 @@ def make_trainer(models, tmp_path, verifier, reward_funcs=None, reward_weights=N
     from rl.ppo_setup import load_critic, load_policy, load_problems
     from rl.ppo_trainer import StepPPOTrainer
 
-    fields = dict(output_dir=str(tmp_path / "run"), model_name_or_path=str(models / "policy"), verifier=str(models / "psv"),
+    fields = dict(output_dir=str(tmp_path / "run"), model_name_or_path=str(models / "policy"),
+                  verifier=str(models / "psv"),
                   build_missing=False, n_prompts=8, n_eval=4, prompts_per_update=2, num_generations=2,
                   max_completion_length=16, num_mini_batches=2, report_to="none", disable_tqdm=True,
                   critic_warmup_updates=0, reward="step", advantage_estimator="gae")
@@ -499,7 +500,8 @@ def test_shipped_default_recipe_is_the_embedded_default():
     assert "world_compare_verifier_lm.yaml" in recipes
     for recipe in recipes:  # every shipped recipe parses and validates
         # bf16 needs a GPU, which TrainingArguments checks: turned off to parse here
-        (cfg,) = parser.parse_args_and_config(args=["--config", str(ROOT / "configs" / "ppo" / recipe), "--bf16", "false"])
+        recipe_path = str(ROOT / "configs" / "ppo" / recipe)
+        (cfg,) = parser.parse_args_and_config(args=["--config", recipe_path, "--bf16", "false"])
         cfg.validate()
 
 
@@ -570,7 +572,8 @@ def test_default_verifier_lm_is_built_in_the_policys_world_only_when_a_verifier_
         ppo_setup.check_inputs(cfg(reward="outcome", verifier=build_defaults.TREE_PSV, build_missing=False))
     build_defaults.ensure_default_models(cfg(reward="step"), is_main=True)
     build_defaults.ensure_default_models(cfg(reward="outcome", verifier=build_defaults.TREE_PSV), is_main=True)
-    assert built == [("lm", str(policy), build_defaults.DEFAULT_VERIFIER_LM), ("psv", str(policy), build_defaults.TREE_PSV)]
+    assert built == [("lm", str(policy), build_defaults.DEFAULT_VERIFIER_LM),
+                     ("psv", str(policy), build_defaults.TREE_PSV)]
     (tmp_path / build_defaults.DEFAULT_VERIFIER_LM).mkdir(parents=True)
     build_defaults.ensure_default_models(cfg(reward="step"), is_main=True)
     assert len(built) == 2  # present: not rebuilt, but a verifier LM of another world is named
@@ -764,7 +767,8 @@ def test_entropy_bonus_raises_the_policys_entropy_where_rewards_give_no_gradient
 
     texts = [join_steps(THREE_STEPS)] * 2
     for coef in (0.0, 1.0):
-        trainer, tok, train = make_trainer(models, tmp_path / str(coef), FixedVerifier([0.5]), advantage_estimator="group",
+        trainer, tok, train = make_trainer(models, tmp_path / str(coef), FixedVerifier([0.5]),
+                                           advantage_estimator="group",
                                            reward="outcome", outcome_aggregation="mean", beta=0.0, learning_rate=1e-2,
                                            no_answer_penalty=0.0, missing_eos_penalty=0.0,
                                            entropy_coef=coef)

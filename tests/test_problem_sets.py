@@ -165,7 +165,8 @@ def tiny_policy(tmp_path):
 
 
 def _ppo_args(policy, out, *extra):
-    return ["--model_name_or_path", str(policy), "--reward", "gold", "--build_missing", "false", "--output_dir", str(out),
+    return ["--model_name_or_path", str(policy), "--reward", "gold", "--build_missing", "false", "--output_dir",
+            str(out),
             "--report_to", "none", "--disable_tqdm", "true", *extra]
 
 

@@ -39,7 +39,8 @@ def _missing_or_fail(reason: str):
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("STEPRL_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "steprl"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    root = os.environ.get("STEPRL_CACHE_DIR") or cache / "steprl"
     return Path(root)
 
 
