@@ -460,22 +460,13 @@ annotate_outcome = _labelled_samples("outcome", lambda problem, p: [float(p.corr
 
 
 def _score_paths(verifier, questions: list[str], paths: list[list[str]], stats: RunStats) -> list[list[float] | None]:
-    """The verifier's step scores; a path it cannot score (too long, ...) gets None and is counted."""
-    from reward_models.verifier import VerifierInputError
+    """The verifier's step scores (`reward_models.scoring.score_paths`); a path it cannot score gets
+    None and is counted (`path_unscorable`)."""
+    from reward_models.scoring import score_paths
 
-    if not paths:
-        return []
-    try:
-        return list(verifier.score(questions, paths))
-    except VerifierInputError:
-        scores: list[list[float] | None] = []
-        for q, p in zip(questions, paths):
-            try:
-                scores.append(verifier.score([q], [p])[0])
-            except VerifierInputError:
-                stats.count("path_unscorable")
-                scores.append(None)
-        return scores
+    scored = score_paths(verifier, questions, paths)
+    stats.count("path_unscorable", scored.unscorable)
+    return scored.scores
 
 
 @dataclass
