@@ -1,4 +1,4 @@
-"""Process annotation (reward_models/annotate.py): labelling rules, each method, resuming, bad input."""
+"""Process annotation (reward_models/annotate/): labelling rules, each method, resuming, bad input."""
 
 import json
 import re

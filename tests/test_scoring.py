@@ -80,7 +80,8 @@ def test_every_caller_reports_the_unscorable_count(tmp_path):
     tracker = Tracker(generator=None, verifier=LengthLimited(), n_problems=3)
     tokens: list[int] = []
     assert tracker.score_paths([0, 1, 2], ["q"] * 3, paths, tokens=tokens) == [[0.5], None, None]
-    assert tokens == [0, 0, 0] and tracker.usage[0].verifier_calls == 1 and tracker.usage[1].verifier_calls == 0
+    assert tokens == [0, 0, 0]
+    assert tracker.usage[0].verifier_calls == 1 and tracker.usage[1].verifier_calls == 0
 
     items = [PathItem(id=str(i), problem_id="p", question="q", steps=p, gold=-1)
              for i, p in enumerate(paths)]
