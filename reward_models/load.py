@@ -51,7 +51,6 @@ from inference.backends.model_files import check_model_folder, check_model_path
 from reward_models.prm_families import FAMILY_NAMES
 from reward_models.verifier import Verifier
 
-
 # ---------------------------------------------------------------------------------------------
 # The registry: one entry per kind, with its loader and its checks.
 
