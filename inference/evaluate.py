@@ -89,6 +89,7 @@ from reasoning.jsonl import atomic_write, read_resumable_jsonl
 from reasoning.questions import QuestionError, check_questions
 from reasoning.stats import accuracy_interval
 from reasoning.types import Problem
+from reward_models.load import kinds_help
 
 __all__ = [
     "BACKENDS",
@@ -135,10 +136,8 @@ class EvalArguments:
     out: str = field(metadata={"help": "Output directory (results.jsonl, summary.json); an existing run resumes."})
     verifier: str | None = field(
         default=None,
-        metadata={"help": "Verifier spec: a PSV directory, confidence or step-confidence (the policy's own "
-                          "probabilities; confidence:PATH names another policy), exact (world only, an upper "
-                          "reference), a published PRM (qwen-prm:PATH, rlhflow-prm:PATH, skywork-prm:PATH, "
-                          "math-shepherd:PATH, token-prm:PATH, or auto:PATH), or product:A,B / min:A,B."},
+        metadata={"help": "Verifier spec (reward_models.load; a bare confidence kind reads the policy's own "
+                          f"probabilities, exact is world only, an upper reference): {kinds_help()}."},
     )
     backend: str = field(default="hf", metadata={"help": "Generator backend.", "choices": list(BACKENDS)})
     backend_options: str | None = field(

@@ -45,6 +45,7 @@ from typing import Any
 
 from reasoning.benchmarks import BENCHMARKS, DatasetError, load_benchmark
 from reasoning.jsonl import read_jsonl
+from reward_models.load import kinds_help
 from reward_models.scoring import score_paths, unscorable_reason
 from reward_models.verifier import AGGREGATIONS, aggregate
 
@@ -371,11 +372,8 @@ class EvalArguments:
     """What to evaluate, on what, and how a step is flagged."""
 
     verifier: str | None = field(
-        default=None, metadata={"help": "A spec of reward_models.load: a PSV directory, confidence or "
-                                        "step-confidence (read --policy, or name one: step-confidence:PATH), exact "
-                                        "(world data), a published PRM (qwen-prm:PATH, rlhflow-prm:PATH, "
-                                        "skywork-prm:PATH, math-shepherd:PATH, token-prm:PATH, auto:PATH), "
-                                        "product:A,B or min:A,B."}
+        default=None, metadata={"help": "A verifier spec (reward_models.load; a bare confidence kind reads "
+                                        f"--policy, exact needs world data): {kinds_help()}."}
     )
     data: str | None = field(
         default=None,
