@@ -245,8 +245,10 @@ CONFIDENCE_REDUCE = {"step-likelihood": "mean"}
 
 
 def _register_confidence(name: str) -> None:
-    @register_verifier_kind(name, usage=f"{name}[:PATH]", argument="optional", reads_policy=True,
-                            check=lambda rest, policy: _confidence_policy(name, rest, policy) and None)
+    def check(rest: str | None, policy: str | None) -> None:
+        _confidence_policy(name, rest, policy)
+
+    @register_verifier_kind(name, usage=f"{name}[:PATH]", argument="optional", reads_policy=True, check=check)
     def load(rest: str | None, ctx: LoadContext) -> Verifier:
         path = _confidence_policy(name, rest, ctx.policy)
         from reward_models.confidence import ConfidenceVerifier
@@ -311,7 +313,7 @@ def _register_family(name: str) -> None:
     """A published PRM family of `reward_models.prm_families` (one module each) as a kind."""
 
     def check(rest: str | None, policy: str | None) -> None:
-        check_model_path(f"verifier {name}:", rest)
+        check_model_path(f"verifier {name}:", rest or "")
 
     @register_verifier_kind(name, usage=f"{name}:PATH", check=check)
     def load(rest: str | None, ctx: LoadContext) -> Verifier:
@@ -328,7 +330,7 @@ for _name in FAMILY_NAMES:
 
 
 def _check_auto(rest: str | None, policy: str | None) -> None:
-    check_model_path("verifier auto:", rest)
+    check_model_path("verifier auto:", rest or "")
     recognise_spec(rest or "", say=False)
 
 
