@@ -71,18 +71,22 @@ class Artefact:
 CODE = {
     "sft": ("rl/sft.py", "rl/models.py", "reasoning/corpora.py", "reasoning/tokenizer.py", "reasoning/world.py",
             "reasoning/prompts.py"),
-    "psv": ("reward_models/annotate.py", "reward_models/train.py", "reward_models/psv.py"),
+    "psv": ("reward_models/annotate", "reward_models/train.py", "reward_models/psv.py"),
     "ppo": ("rl/ppo_config.py", "rl/ppo_setup.py", "rl/ppo_step.py", "rl/ppo_trainer.py", "rl/ppo_math.py",
             "rl/step_rewards.py", "rl/reward_table.py", "rl/rewards.py"),
 }
-"""The source files that decide what each kind of artefact becomes (their defaults included)."""
+"""The source files that decide what each kind of artefact becomes (their defaults included); a
+folder stands for its Python files."""
 
 
 def code_digest(kind: str) -> str:
     h = hashlib.sha256()
-    for rel in CODE[kind]:
-        path = ROOT / rel
-        h.update(rel.encode() + b"\0" + (path.read_bytes() if path.exists() else b"<missing>") + b"\0")
+    for entry in CODE[kind]:
+        folder = ROOT / entry
+        files = sorted(folder.rglob("*.py")) if folder.is_dir() else [folder]
+        for path in files:
+            rel = path.relative_to(ROOT).as_posix()
+            h.update(rel.encode() + b"\0" + (path.read_bytes() if path.exists() else b"<missing>") + b"\0")
     return h.hexdigest()[:12]
 
 

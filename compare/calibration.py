@@ -52,7 +52,7 @@ def calibrate_stepco_threshold(cfg: CompareConfig, arts: dict[str, Artefact], ou
     generator = build_generator(ev.backend, sft, batch_size=ev.batch_size, device=ev.device, **ev.backend_options)
     items = sample_world_paths(generator, rows, 1, SamplingParams(max_new_tokens=max_new, temperature=0.0))
     verifier = load_verifier(spec, sft, batch_size=ev.verifier_batch_size, device=ev.device)
-    scores, _ = score_items(verifier, items, ev.verifier_batch_size)
+    scores, reasons = score_items(verifier, items, ev.verifier_batch_size)
     s, g, _ = step_metric_inputs(items, scores)
     configured = float(ev.methods["stepco"].get("threshold", 0.5))
     fallback = None
@@ -62,7 +62,8 @@ def calibrate_stepco_threshold(cfg: CompareConfig, arts: dict[str, Artefact], ou
         threshold, fallback = configured, str(e)
     metrics = processbench_metrics(earliest_error_predictions(s, threshold), g) if s else {
         "f1": 0.0, "acc_erroneous": 0.0, "acc_correct": 0.0}
-    info = {"key": key, "threshold": threshold, "dev_paths": len(s), "dev_f1": metrics["f1"],
+    info = {"key": key, "threshold": threshold, "dev_paths": len(s),
+            "dev_unscorable": sum(r is not None for r in reasons), "dev_f1": metrics["f1"],
             "dev_acc_erroneous": metrics["acc_erroneous"], "dev_acc_correct": metrics["acc_correct"],
             "configured_threshold": configured, "fallback": fallback, "seconds": round(time.time() - start, 1)}
     path.write_text(json.dumps(info, indent=2) + "\n")

@@ -430,22 +430,15 @@ def uses_verifier_lm(cfg: CompareConfig) -> bool:
 
 
 def check_verifier_spec(spec: str, where: str) -> None:
-    """A verifier spec's form, checked without loading anything: every part a builtin, a prefixed
-    spec (`math-shepherd:PATH`, ...) or an existing directory, so a typo fails before any stage."""
-    from reward_models.load import BUILTIN, CONFIDENCE_SPANS, spec_parts, split_spec
+    """A verifier spec's form, checked by the verifier registry without loading anything
+    (`reward_models.load.check_spec_form`: every part a registered kind, or an existing directory),
+    so a typo fails before any stage."""
+    from reward_models.load import check_spec_form
 
     try:
-        parts = spec_parts(str(spec))
+        check_spec_form(str(spec))
     except ValueError as e:
         raise CompareError(f"{where}: {e}") from None
-    for part in parts:
-        head, rest = split_spec(part)
-        if part in BUILTIN or (head in CONFIDENCE_SPANS and rest) or (rest and head != part):
-            continue
-        if not Path(part).expanduser().is_dir():
-            raise CompareError(f"{where}: {part!r} is not a verifier spec (one of {', '.join(BUILTIN)}, "
-                               "confidence:PATH, step-confidence:PATH, a PRM family such as qwen-prm:PATH, auto:PATH) "
-                               "nor an existing PSV directory")
 
 
 def check_training_flags(cfg: CompareConfig) -> None:

@@ -82,13 +82,14 @@ from pathlib import Path
 from typing import Any
 
 from inference.methods import METHODS
-from inference.methods.base import MethodOutput, Tracker, blind
+from inference.methods.base import MethodOutput, NoVerifierError, Tracker, blind
 from reasoning.benchmarks import DatasetError
 from reasoning.grading import is_correct
 from reasoning.jsonl import atomic_write, read_resumable_jsonl
 from reasoning.questions import QuestionError, check_questions
 from reasoning.stats import accuracy_interval
 from reasoning.types import Problem
+from reward_models.load import kinds_help
 
 __all__ = [
     "BACKENDS",
@@ -135,10 +136,8 @@ class EvalArguments:
     out: str = field(metadata={"help": "Output directory (results.jsonl, summary.json); an existing run resumes."})
     verifier: str | None = field(
         default=None,
-        metadata={"help": "Verifier spec: a PSV directory, confidence or step-confidence (the policy's own "
-                          "probabilities; confidence:PATH names another policy), exact (world only, an upper "
-                          "reference), a published PRM (qwen-prm:PATH, rlhflow-prm:PATH, skywork-prm:PATH, "
-                          "math-shepherd:PATH, token-prm:PATH, or auto:PATH), or product:A,B / min:A,B."},
+        metadata={"help": "Verifier spec (reward_models.load; a bare confidence kind reads the policy's own "
+                          f"probabilities, exact is world only, an upper reference): {kinds_help()}."},
     )
     backend: str = field(default="hf", metadata={"help": "Generator backend.", "choices": list(BACKENDS)})
     backend_options: str | None = field(
@@ -683,10 +682,8 @@ def evaluate(
             tracker = Tracker(generator, verifier, len(chunk))
             try:
                 outputs = module.run(blind(chunk), tracker, chunk_config)
-            except ValueError as e:
-                if verifier is None and "needs a verifier" in str(e):
-                    raise EvaluationError(f"method {name} needs a verifier: pass --verifier") from None
-                raise
+            except NoVerifierError:
+                raise EvaluationError(f"method {name} needs a verifier: pass --verifier") from None
             outputs = list(outputs)
             if len(outputs) != len(chunk):
                 raise EvaluationError(f"method {name} returned {len(outputs)} outputs for {len(chunk)} problems")
@@ -843,7 +840,7 @@ def run_from_args(args: EvalArguments, module: types.ModuleType, config: Any) ->
                                               device=args.device, **options), "generator")
     verifier = None
     if args.verifier:
-        from reward_models.load import BUILTIN, check_spec, load_verifier, needs_policy
+        from reward_models.load import check_spec, load_verifier, needs_policy
 
         spec = args.verifier
         if spec == "exact" and not world_rows:
@@ -858,11 +855,7 @@ def run_from_args(args: EvalArguments, module: types.ModuleType, config: Any) ->
         if spec == "exact":  # cheap: built now, so a bad spec fails before any generation
             verifier = load_verifier(spec, args.policy, world_rows=world_rows)
         else:
-            if spec not in BUILTIN and ":" not in spec and not Path(spec).is_dir():
-                raise EvaluationError(f"--verifier {spec}: no such directory, and not one of {', '.join(BUILTIN)}, "
-                                      "confidence:PATH, qwen-prm:PATH (or another PRM family, auto:PATH), product:A,B, "
-                                      "min:A,B")
-            try:  # a misspelt PATH or a broken model folder, said before anything is generated
+            try:  # an unknown kind, a misspelt PATH, a broken model folder: said before any generation
                 check_spec(spec, args.policy)
             except ValueError as e:
                 raise EvaluationError(str(e)) from None

@@ -45,7 +45,9 @@ from typing import Any
 
 from reasoning.benchmarks import BENCHMARKS, DatasetError, load_benchmark
 from reasoning.jsonl import read_jsonl
-from reward_models.verifier import AGGREGATIONS, VerifierInputError, aggregate, validate_paths
+from reward_models.load import kinds_help
+from reward_models.scoring import score_paths, unscorable_reason
+from reward_models.verifier import AGGREGATIONS, aggregate
 
 RULES = ("threshold", "drop")
 DEFAULT_THRESHOLD = {"threshold": 0.5, "drop": -0.5}
@@ -333,50 +335,26 @@ def load_eval_set(data: str, args: EvalArguments, generator_factory, default_spl
 
 
 # ---------------------------------------------------------------------------------------------
-# Scoring with failures counted.
-
-
-def skip_reason(message: str) -> str:
-    """A short reason key for a scoring failure."""
-    text = message.lower()
-    for key, words in (("no_steps", ("zero steps",)), ("empty_step", ("empty",)), ("too_long", ("longer than",)),
-                       ("step_tag", ("step tag",)), ("unknown_question", ("not found",))):
-        if any(w in text for w in words):
-            return key
-    return "error"
+# Scoring with failures counted (`reward_models.scoring`).
 
 
 def score_items(verifier, items: Sequence[PathItem], batch_size: int = 32,
                 progress: bool = False) -> tuple[list[list[float] | None], list[tuple[str, str] | None]]:
-    """Scores per path (None where scoring failed) and the failures as (reason, message). A batch
-    that fails is scored path by path, so one bad path costs only itself."""
-    scores: list[list[float] | None] = [None] * len(items)
-    reasons: list[tuple[str, str] | None] = [None] * len(items)
-    valid = []
-    for i, item in enumerate(items):
-        try:
-            validate_paths([item.question], [item.steps])
-            valid.append(i)
-        except VerifierInputError as err:
-            reasons[i] = (skip_reason(str(err)), str(err))
-    starts = range(0, len(valid), batch_size)
+    """Scores per path (None where it could not be scored, `reward_models.scoring.score_paths`) and
+    the failures as (reason, message)."""
+    batches = None
     if progress:
         from tqdm.auto import tqdm
 
-        starts = tqdm(starts, desc="scoring", unit="batch")
-    for start in starts:
-        chunk = valid[start : start + batch_size]
-        try:
-            got = verifier.score([items[i].question for i in chunk], [items[i].steps for i in chunk])
-            for i, s in zip(chunk, got):
-                scores[i] = s
-        except (ValueError, KeyError):
-            for i in chunk:
-                try:
-                    scores[i] = verifier.score([items[i].question], [items[i].steps])[0]
-                except (ValueError, KeyError) as err:
-                    reasons[i] = (skip_reason(str(err)), str(err))
-    return scores, reasons
+        def batches(starts):
+            return tqdm(starts, desc="scoring", unit="batch")
+
+    scored = score_paths(verifier, [it.question for it in items], [it.steps for it in items],
+                         batch_size=batch_size, batches=batches)
+    reasons: list[tuple[str, str] | None] = [None] * len(items)
+    for i, message in scored.errors.items():
+        reasons[i] = (unscorable_reason(message), message)
+    return scored.scores, reasons
 
 
 def step_metric_inputs(items, scores) -> tuple[list[list[float]], list[int], list[int]]:
@@ -394,11 +372,8 @@ class EvalArguments:
     """What to evaluate, on what, and how a step is flagged."""
 
     verifier: str | None = field(
-        default=None, metadata={"help": "A spec of reward_models.load: a PSV directory, confidence or "
-                                        "step-confidence (read --policy, or name one: step-confidence:PATH), exact "
-                                        "(world data), a published PRM (qwen-prm:PATH, rlhflow-prm:PATH, "
-                                        "skywork-prm:PATH, math-shepherd:PATH, token-prm:PATH, auto:PATH), "
-                                        "product:A,B or min:A,B."}
+        default=None, metadata={"help": "A verifier spec (reward_models.load; a bare confidence kind reads "
+                                        f"--policy, exact needs world data): {kinds_help()}."}
     )
     data: str | None = field(
         default=None,

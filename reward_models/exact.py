@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from reasoning.world import earliest_error
-from reward_models.verifier import validate_paths
+from reward_models.verifier import UnknownQuestionError, validate_paths
 
 
 class ExactVerifier:
@@ -30,7 +30,7 @@ class ExactVerifier:
         for i, (question, steps) in enumerate(zip(questions, paths)):
             row = self.problems.get(question)
             if row is None:
-                raise KeyError(f"row {i}: the exact verifier knows only world problems; question not found")
+                raise UnknownQuestionError(f"row {i}: the exact verifier knows only world problems; question not found")
             first_wrong = earliest_error(row, list(steps))
             if first_wrong == -1:
                 first_wrong = len(steps)

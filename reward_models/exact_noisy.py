@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from reasoning.world import ERROR_KINDS, check_steps
-from reward_models.verifier import validate_paths
+from reward_models.verifier import UnknownQuestionError, validate_paths
 
 NAME = "exact-noisy"
 FIELDS = ("accept", "reject", "kinds", "seed")
@@ -138,8 +138,8 @@ class SystematicExactVerifier:
             try:
                 verdicts = self.judged_right(question, steps)
             except KeyError:
-                raise KeyError(f"row {i}: the exact-noisy verifier knows only world problems; question not found") \
-                    from None
+                raise UnknownQuestionError(f"row {i}: the exact-noisy verifier knows only world problems; "
+                                           "question not found") from None
             first_wrong = verdicts.index(False) if False in verdicts else len(steps)
             out.append([1.0 if k < first_wrong else 0.0 for k in range(len(steps))])
         return out

@@ -31,53 +31,161 @@ Name the policy in a confidence spec (`confidence:PATH`) wherever several polici
 with one verifier: a bare `confidence` reads whichever policy is being evaluated, so each policy
 would be judged by itself.
 
-Evaluation, Best-of-N and StepCo all load their verifier here, so a spec means the same everywhere.
+Every kind is registered here once (`register_verifier_kind`, beside its loader): its name, how a
+spec of it is written, how it loads, and the checks that need no weights. `load_verifier` loads,
+`check_spec` checks a spec before anything loads (every CLI), `check_spec_form` checks only its
+form, touching no file a later stage may build (the comparison's config check), and an unknown
+kind's error lists every registered kind (`verifier_kinds`). Evaluation, Best-of-N, StepCo, PPO and
+the comparison all read their verifier here, so a spec means the same everywhere.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from inference.backends.model_files import check_model_folder, check_model_path
 from reward_models.prm_families import FAMILY_NAMES
 from reward_models.verifier import Verifier
 
-BUILTIN = ("confidence", "step-confidence", "step-likelihood", "exact")
-CONFIDENCE_SPANS = {"confidence": "result", "step-confidence": "step", "step-likelihood": "step"}
-CONFIDENCE_REDUCE = {"step-likelihood": "mean"}
-"""How a confidence verifier reduces a span's token probabilities: `min` unless named here."""
-COMBINE_RULES = ("product", "min")
+# ---------------------------------------------------------------------------------------------
+# The registry: one entry per kind, with its loader and its checks.
+
+
+@dataclass(frozen=True)
+class LoadContext:
+    """What a loader may need besides the spec."""
+
+    policy: str | None = None
+    """The policy a bare confidence spec reads."""
+    world_rows: Sequence[dict] | None = None
+    """World rows (with a `world` field), for the exact checkers."""
+    batch_size: int = 32
+    device: str | None = None
+
+
+@dataclass(frozen=True)
+class VerifierKind:
+    """One kind of verifier spec."""
+
+    name: str
+    """The spec prefix (`step-confidence`); `PATH` for a folder named by its path alone."""
+    usage: str
+    """How a spec of this kind is written, as errors list it."""
+    load: Callable[[str | None, LoadContext], Verifier]
+    """The verifier of `NAME:REST` (REST None for a bare spec, the path for PATH)."""
+    check: Callable[[str | None, str | None], None]
+    """`check(rest, policy)`: what can be checked without loading weights (files and folders
+    included); ValueError with what to pass instead."""
+    check_form: Callable[[str | None], None]
+    """`check_form(rest)`: the spec's form alone (no model file read): for a config whose models a
+    later stage builds."""
+    argument: str = "required"
+    """What follows the colon: required, optional (a bare name reads --policy) or none."""
+    reads_policy: bool = False
+    """A bare spec of this kind reads the policy passed alongside it."""
+    combines: bool = False
+    """REST is two or more specs joined step by step (`product:A,B`)."""
+
+
+VERIFIER_KINDS: dict[str, VerifierKind] = {}
+"""Every verifier kind by name, in the order errors list them."""
+PATH_KIND = "PATH"
+
+
+class UnknownVerifierKindError(ValueError):
+    """A spec that names no registered kind (and no existing folder)."""
+
+
+def _no_check(*_: Any) -> None:
+    return None
+
+
+def register_verifier_kind(name: str, *, usage: str, argument: str = "required",
+                           check: Callable[[str | None, str | None], None] | None = None,
+                           check_form: Callable[[str | None], None] | None = None, reads_policy: bool = False,
+                           combines: bool = False) -> Callable:
+    """Register the decorated loader, `load(rest, ctx) -> Verifier`, as verifier kind `name`.
+    `check` defaults to `check_form`, which defaults to requiring REST when `argument` is required."""
+    if argument not in ("required", "optional", "none"):
+        raise ValueError(f"argument must be required, optional or none, got {argument!r}")
+
+    def register(load: Callable[[str | None, LoadContext], Verifier]):
+        if name in VERIFIER_KINDS:
+            raise ValueError(f"verifier kind {name!r} is registered twice")
+        form = check_form or (_needs_rest(name) if argument == "required" else _no_check)
+
+        def full_check(rest: str | None, policy: str | None) -> None:
+            form(rest)
+            if check is not None:
+                check(rest, policy)
+
+        VERIFIER_KINDS[name] = VerifierKind(name, usage, load, full_check, form, argument, reads_policy,
+                                            combines)
+        return load
+
+    return register
+
+
+def _needs_rest(name: str) -> Callable[[str | None], None]:
+    def check_form(rest: str | None) -> None:
+        if not rest:
+            raise ValueError(f"verifier {name + ':'!r}: name the model ({name}:PATH)")
+
+    return check_form
+
+
+def verifier_kinds() -> tuple[str, ...]:
+    """The name of every registered kind."""
+    return tuple(VERIFIER_KINDS)
+
+
+def kinds_help() -> str:
+    """Every kind as a spec of it is written, for errors and help texts."""
+    return ", ".join(kind.usage for kind in VERIFIER_KINDS.values())
+
+
+def resolve(spec: str) -> tuple[VerifierKind, str | None]:
+    """The kind of `spec` and what follows its prefix: (`confidence`, None) for a bare `confidence`
+    (a bare kind whose argument is required is refused by its checks), (PATH, spec) for a spec with no
+    known prefix."""
+    head, sep, rest = spec.partition(":")
+    kind = VERIFIER_KINDS.get(head)
+    if kind is not None and kind.name != PATH_KIND and not (sep and kind.argument == "none"):
+        return kind, rest if sep else None
+    return VERIFIER_KINDS[PATH_KIND], spec
 
 
 def split_spec(spec: str) -> tuple[str, str | None]:
     """("confidence", "PATH") for "confidence:PATH"; (spec, None) when it has no known prefix."""
-    head, sep, rest = spec.partition(":")
-    if sep and head in (*CONFIDENCE_SPANS, *COMBINE_RULES, *FAMILY_NAMES, "auto", "implicit", "exact-noisy"):
-        return head, rest
-    return spec, None
+    kind, rest = resolve(spec)
+    if kind.name == PATH_KIND or rest is None:
+        return spec, None
+    return kind.name, rest
 
 
 def spec_parts(spec: str) -> list[str]:
     """The parts of a combined spec (`product:A,B`); [spec] for any other."""
-    head, rest = split_spec(spec)
-    if head not in COMBINE_RULES:
+    kind, rest = resolve(spec)
+    if not kind.combines:
         return [spec]
     parts = [p.strip() for p in (rest or "").split(",")]
     if len(parts) < 2 or not all(parts):
-        raise ValueError(f"verifier {spec!r}: {head}: needs two or more comma-separated specs")
+        raise ValueError(f"verifier {spec!r}: {kind.name}: needs two or more comma-separated specs")
     for p in parts:
-        if split_spec(p)[0] in COMBINE_RULES:
+        if resolve(p)[0].combines:
             raise ValueError(f"verifier {spec!r}: combined specs do not nest")
     return parts
 
 
 def map_spec_parts(spec: str, fn) -> str:
     """`spec` with `fn` applied to each of its parts (a combined spec keeps its rule)."""
-    head = split_spec(spec)[0]
-    if head in COMBINE_RULES:
-        return f"{head}:" + ",".join(fn(p) for p in spec_parts(spec))
+    kind = resolve(spec)[0]
+    if kind.combines:
+        return f"{kind.name}:" + ",".join(fn(p) for p in spec_parts(spec))
     return fn(spec)
 
 
@@ -85,15 +193,212 @@ def pin_policy(spec: str, policy: str) -> str:
     """`spec` with every bare confidence part bound to `policy` (a fixed verifier across policies)."""
 
     def pin(part: str) -> str:
-        head, rest = split_spec(part)
-        return f"{head}:{policy}" if head in CONFIDENCE_SPANS and not rest else part
+        kind, rest = resolve(part)
+        return f"{kind.name}:{policy}" if kind.reads_policy and not rest else part
 
     return map_spec_parts(spec, pin)
 
 
 def needs_policy(spec: str) -> bool:
     """Whether `spec` reads the probabilities of the policy passed alongside it."""
-    return any(split_spec(p)[0] in CONFIDENCE_SPANS and not split_spec(p)[1] for p in spec_parts(spec))
+    return any(resolve(p)[0].reads_policy and not resolve(p)[1] for p in spec_parts(spec))
+
+
+def load_verifier(
+    spec: str,
+    policy: str | None = None,
+    *,
+    world_rows: Sequence[dict] | None = None,
+    batch_size: int = 32,
+    device: str | None = None,
+) -> Verifier:
+    """The verifier named by `spec` (see the module docstring).
+
+    `policy` is needed for a bare `confidence` / `step-confidence`; `world_rows` (rows with a
+    `world` field) for `exact`.
+    Raises ValueError with what to pass instead when the spec names nothing usable.
+    """
+    kind, rest = resolve(spec)
+    return kind.load(rest, LoadContext(policy, world_rows, batch_size, device))
+
+
+def check_spec(spec: str, policy: str | None = None) -> None:
+    """The checks of `load_verifier` that need no weights, so that a run can refuse a misspelt spec
+    before it loads anything: ValueError with what to pass instead."""
+    kind, rest = resolve(spec)
+    kind.check(rest, policy)
+
+
+def check_spec_form(spec: str) -> None:
+    """A spec's form alone, every part a registered kind, reading no model file: for a config
+    whose models a later stage builds. ValueError naming what is wrong."""
+    kind, rest = resolve(spec)
+    kind.check_form(rest)
+
+
+# ---------------------------------------------------------------------------------------------
+# The kinds.
+
+CONFIDENCE_SPANS = {"confidence": "result", "step-confidence": "step", "step-likelihood": "step"}
+CONFIDENCE_REDUCE = {"step-likelihood": "mean"}
+"""How a confidence verifier reduces a span's token probabilities: `min` unless named here."""
+
+
+def _register_confidence(name: str) -> None:
+    def check(rest: str | None, policy: str | None) -> None:
+        _confidence_policy(name, rest, policy)
+
+    @register_verifier_kind(name, usage=f"{name}[:PATH]", argument="optional", reads_policy=True, check=check)
+    def load(rest: str | None, ctx: LoadContext) -> Verifier:
+        path = _confidence_policy(name, rest, ctx.policy)
+        from reward_models.confidence import ConfidenceVerifier
+
+        return ConfidenceVerifier.from_pretrained(path, batch_size=ctx.batch_size, device=ctx.device,
+                                                  span=CONFIDENCE_SPANS[name],
+                                                  reduce=CONFIDENCE_REDUCE.get(name, "min"))
+
+
+for _name in CONFIDENCE_SPANS:
+    _register_confidence(_name)
+
+
+def _world_rows(ctx: LoadContext) -> list[dict]:
+    return [r for r in (ctx.world_rows or []) if isinstance(r, dict) and "world" in r]
+
+
+@register_verifier_kind("exact", usage="exact", argument="none")
+def _load_exact(rest: str | None, ctx: LoadContext) -> Verifier:
+    rows = _world_rows(ctx)
+    if not rows:
+        raise ValueError("the exact verifier checks world problems only: evaluate on world data")
+    from reward_models.exact import ExactVerifier
+
+    return ExactVerifier.from_rows(rows)
+
+
+def _check_noise(rest: str | None) -> None:
+    from reward_models.exact_noisy import parse_noise_spec
+
+    parse_noise_spec(rest)
+
+
+@register_verifier_kind("exact-noisy", usage="exact-noisy:accept=A/kinds=K+K/reject=R/seed=S",
+                        check_form=_check_noise)
+def _load_exact_noisy(rest: str | None, ctx: LoadContext) -> Verifier:
+    from reward_models.exact_noisy import load
+
+    return load(rest, ctx.world_rows)
+
+
+def _check_implicit(rest: str | None, policy: str | None = None) -> None:
+    from reward_models.implicit_prm import check_implicit_dir
+
+    check_implicit_dir(rest or "")
+
+
+def _check_implicit_form(rest: str | None) -> None:
+    if not rest:
+        raise ValueError("implicit: name the implicit PRM folder (implicit:PATH)")
+
+
+@register_verifier_kind("implicit", usage="implicit:PATH", check_form=_check_implicit_form,
+                        check=_check_implicit)
+def _load_implicit(rest: str | None, ctx: LoadContext) -> Verifier:
+    from reward_models.implicit_prm import ImplicitPRM
+
+    return ImplicitPRM.from_pretrained(rest or "", batch_size=ctx.batch_size, device=ctx.device)
+
+
+def _register_family(name: str) -> None:
+    """A published PRM family of `reward_models.prm_families` (one module each) as a kind."""
+
+    def check(rest: str | None, policy: str | None) -> None:
+        check_model_path(f"verifier {name}:", rest or "")
+
+    @register_verifier_kind(name, usage=f"{name}:PATH", check=check)
+    def load(rest: str | None, ctx: LoadContext) -> Verifier:
+        from reward_models.prm_families import get_family
+
+        verifier = get_family(name).verifier(rest or "", batch_size=ctx.batch_size)
+        if ctx.device is not None:  # e.g. the PPO process's GPU: a 7B PRM must not score on the CPU
+            verifier.model.to(ctx.device)
+        return verifier
+
+
+for _name in FAMILY_NAMES:
+    _register_family(_name)
+
+
+def _check_auto(rest: str | None, policy: str | None) -> None:
+    check_model_path("verifier auto:", rest or "")
+    recognise_spec(rest or "", say=False)
+
+
+@register_verifier_kind("auto", usage="auto:PATH", check=_check_auto)
+def _load_auto(rest: str | None, ctx: LoadContext) -> Verifier:
+    return load_verifier(recognise_spec(rest or ""), ctx.policy, world_rows=ctx.world_rows,
+                         batch_size=ctx.batch_size, device=ctx.device)
+
+
+def _register_combination(rule: str) -> None:
+    def parts(rest: str | None) -> list[str]:
+        return spec_parts(f"{rule}:{rest or ''}")
+
+    def check_form(rest: str | None) -> None:
+        for part in parts(rest):
+            check_spec_form(part)
+
+    def check(rest: str | None, policy: str | None) -> None:
+        for part in parts(rest):
+            check_spec(part, policy)
+
+    @register_verifier_kind(rule, usage=f"{rule}:SPEC,SPEC[,...]", check_form=check_form, check=check,
+                            combines=True)
+    def load(rest: str | None, ctx: LoadContext) -> Verifier:
+        from reward_models.combined import CombinedVerifier
+
+        return CombinedVerifier([load_verifier(p, ctx.policy, world_rows=ctx.world_rows,
+                                               batch_size=ctx.batch_size, device=ctx.device)
+                                 for p in parts(rest)], rule=rule)
+
+
+for _name in ("product", "min"):
+    _register_combination(_name)
+COMBINE_RULES = tuple(name for name, kind in VERIFIER_KINDS.items() if kind.combines)
+
+
+def _check_path_form(path: str | None) -> None:
+    where = Path(path or "").expanduser()
+    if not where.is_dir():
+        _unknown(path or "", "not a directory" if where.exists() else "no such directory")
+
+
+def _check_path(path: str | None, policy: str | None) -> None:
+    if _published_prm_spec(path or "") is not None:
+        recognise_spec(path or "", say=False)  # the folder's files checked, as for auto:PATH
+    else:
+        _check_psv_dir(path or "")
+
+
+@register_verifier_kind(PATH_KIND, usage="PATH (a PSV folder, or a published PRM of its own architecture)",
+                        check_form=_check_path_form, check=_check_path)
+def _load_path(path: str | None, ctx: LoadContext) -> Verifier:
+    spec = path or ""
+    if _published_prm_spec(spec) is not None:
+        return load_verifier(f"auto:{spec}", ctx.policy, world_rows=ctx.world_rows, batch_size=ctx.batch_size,
+                             device=ctx.device)
+    _check_psv_dir(spec)
+    from reward_models.psv import PSVVerifier
+
+    return PSVVerifier.from_pretrained(spec, batch_size=ctx.batch_size, device=ctx.device)
+
+
+def _unknown(spec: str, why: str) -> None:
+    """UnknownVerifierKindError for a spec that is no kind and no folder, listing every kind."""
+    head, sep, _ = spec.partition(":")
+    named = f", and {head!r} is no verifier kind" if sep and head not in VERIFIER_KINDS else ""
+    raise UnknownVerifierKindError(f"verifier {spec!r}: {why}{named}; a verifier spec is one of: "
+                                   f"{kinds_help()}")
 
 
 def psv_dir_kind(path: str | Path) -> str | None:
@@ -117,96 +422,6 @@ def psv_dir_kind(path: str | Path) -> str | None:
     if any(a.endswith("ForCausalLM") for a in archs):
         return "policy"
     return None
-
-
-def load_verifier(
-    spec: str,
-    policy: str | None = None,
-    *,
-    world_rows: Sequence[dict] | None = None,
-    batch_size: int = 32,
-    device: str | None = None,
-) -> Verifier:
-    """The verifier named by `spec` (see the module docstring).
-
-    `policy` is needed for a bare `confidence` / `step-confidence`; `world_rows` (rows with a
-    `world` field) for `exact`.
-    Raises ValueError with what to pass instead when the spec names nothing usable.
-    """
-    head, rest = split_spec(spec)
-    if head in COMBINE_RULES:
-        from reward_models.combined import CombinedVerifier
-
-        parts = [load_verifier(p, policy, world_rows=world_rows, batch_size=batch_size, device=device)
-                 for p in spec_parts(spec)]
-        return CombinedVerifier(parts, rule=head)
-    if head in CONFIDENCE_SPANS:
-        path = _confidence_policy(head, rest, policy)
-        from reward_models.confidence import ConfidenceVerifier
-
-        return ConfidenceVerifier.from_pretrained(path, batch_size=batch_size, device=device,
-                                                  span=CONFIDENCE_SPANS[head],
-                                                  reduce=CONFIDENCE_REDUCE.get(head, "min"))
-    if head == "implicit":
-        from reward_models.implicit_prm import ImplicitPRM
-
-        return ImplicitPRM.from_pretrained(rest or "", batch_size=batch_size, device=device)
-    if head == "exact-noisy":
-        from reward_models.exact_noisy import load
-
-        return load(rest, world_rows)
-    if spec == "exact":
-        rows = [r for r in (world_rows or []) if isinstance(r, dict) and "world" in r]
-        if not rows:
-            raise ValueError("the exact verifier checks world problems only: evaluate on world data")
-        from reward_models.exact import ExactVerifier
-
-        return ExactVerifier.from_rows(rows)
-    if head == "auto":
-        return load_verifier(recognise_spec(rest or ""), policy, world_rows=world_rows, batch_size=batch_size,
-                             device=device)
-    if head in FAMILY_NAMES:
-        from reward_models.prm_families import get_family
-
-        verifier = get_family(head).verifier(rest or "", batch_size=batch_size)
-        if device is not None:  # e.g. the PPO process's GPU: a 7B PRM must not score on the CPU
-            verifier.model.to(device)
-        return verifier
-    if _published_prm_spec(spec) is not None:
-        return load_verifier(f"auto:{spec}", policy, world_rows=world_rows, batch_size=batch_size, device=device)
-    _check_psv_dir(spec)
-    from reward_models.psv import PSVVerifier
-
-    return PSVVerifier.from_pretrained(spec, batch_size=batch_size, device=device)
-
-
-def check_spec(spec: str, policy: str | None = None) -> None:
-    """The checks of `load_verifier` that need no weights, so that a run can refuse a misspelt spec
-    before it loads anything: ValueError with what to pass instead."""
-    head, rest = split_spec(spec)
-    if head in COMBINE_RULES:
-        for part in spec_parts(spec):
-            check_spec(part, policy)
-    elif head in CONFIDENCE_SPANS:
-        _confidence_policy(head, rest, policy)
-    elif head == "exact-noisy":
-        from reward_models.exact_noisy import parse_noise_spec
-
-        parse_noise_spec(rest)
-    elif head == "implicit":
-        from reward_models.implicit_prm import check_implicit_dir
-
-        check_implicit_dir(rest or "")
-    elif head in (*FAMILY_NAMES, "auto"):
-        if not rest:
-            raise ValueError(f"verifier {spec!r}: name the model ({head}:PATH)")
-        check_model_path(f"verifier {head}:", rest)
-        if head == "auto":
-            recognise_spec(rest, say=False)
-    elif spec != "exact" and _published_prm_spec(spec) is not None:
-        recognise_spec(spec, say=False)  # the folder's files checked, as for auto:PATH
-    elif spec != "exact":
-        _check_psv_dir(spec)
 
 
 def _published_prm_spec(path: str) -> str | None:
@@ -285,9 +500,7 @@ def _check_psv_dir(spec: str) -> None:
             f"--init_from {spec}`, or use `step-confidence:{spec}` (its own probabilities, no training); a "
             f"published causal-LM PRM is named by its family: `rlhflow-prm:{spec}`, `math-shepherd:{spec}` or `auto:{spec}`"
         )
-    where = "no such directory" if not Path(spec).exists() else "not a PSV directory"
-    raise ValueError(
-        f"verifier {spec!r}: {where}; expected a PSV directory (psv_config.json, adapter_config.json or a "
-        f"token-classification config.json), one of {', '.join(BUILTIN)}, or a combination "
-        f"({' or '.join(r + ':A,B' for r in COMBINE_RULES)})"
-    )
+    if not Path(spec).exists():
+        _unknown(spec, "no such directory")
+    raise ValueError(f"verifier {spec!r}: not a PSV directory (psv_config.json, adapter_config.json or a "
+                     f"token-classification config.json); a verifier spec is one of: {kinds_help()}")

@@ -24,6 +24,13 @@ class VerifierInputError(ValueError):
     """A path a verifier cannot score (no steps, an empty step, longer than the model's context)."""
 
 
+class UnknownQuestionError(VerifierInputError, KeyError):
+    """A question a verifier built from known problems (the world's exact checker) does not know.
+    A KeyError too, as a lookup that failed."""
+
+    __str__ = ValueError.__str__  # the message as given, not quoted as a KeyError's key
+
+
 @runtime_checkable
 class Verifier(Protocol):
     tokens_used: int

@@ -38,6 +38,7 @@ from typing import Any
 
 from reasoning.steps import answer_correct, has_answer
 from reasoning.types import Problem
+from reward_models.scoring import score_paths
 from reward_models.verifier import aggregate
 from rl.ppo_math import ESTIMATORS
 from rl.step_rewards import credited_steps, shape_step_rewards
@@ -117,7 +118,8 @@ def no_answer(prompts: Sequence[str], completions: Sequence[str], **_: Any) -> l
 
 class VerifierStepReward:
     """Each step's verifier score, shaped (`rl.step_rewards.shape_step_rewards`), paid at its step's
-    end: `--reward step`. A path with no steps or an empty step is not scored (None)."""
+    end: `--reward step`. A path the verifier cannot score (`reward_models.scoring`: no steps, an
+    empty step, longer than its context) gets None and is counted in `last_unscorable`."""
 
     per_step = True
     uses_verifier = True
@@ -127,9 +129,11 @@ class VerifierStepReward:
         self.verifier, self.shaping = verifier, shaping
         self.last_scores: list[list[float] | None] = []
         """The raw step scores of the last call (None where not scored), for the trainer's logs."""
+        self.last_unscorable = 0
+        """How many paths of the last call the verifier could not score."""
 
     def __call__(self, prompts, completions, question: Sequence[str], steps: Sequence[list[str]], **_):
-        self.last_scores = score_paths(self.verifier, question, steps)
+        self.last_scores, self.last_unscorable = _scores(self.verifier, question, steps)
         out: list[RewardOutput] = []
         for s in self.last_scores:
             if s is None:
@@ -152,22 +156,20 @@ class VerifierOutcomeReward:
     def __init__(self, verifier, aggregation: str = "mean", shaping: str = "raw"):
         self.verifier, self.aggregation, self.shaping = verifier, aggregation, shaping
         self.last_scores: list[list[float] | None] = []
+        self.last_unscorable = 0
 
     def __call__(self, prompts, completions, question: Sequence[str], steps: Sequence[list[str]], **_):
-        self.last_scores = score_paths(self.verifier, question, steps)
+        self.last_scores, self.last_unscorable = _scores(self.verifier, question, steps)
         return [None if s is None else shape_step_rewards([aggregate(s, self.aggregation)], self.shaping)[0]
                 for s in self.last_scores]
 
 
-def score_paths(verifier, questions: Sequence[str], steps: Sequence[list[str]]) -> list[list[float] | None]:
-    """The verifier's step scores of every path with steps, none empty, in one batched call; None
-    for the others."""
-    scores: list[list[float] | None] = [None] * len(steps)
-    idx = [i for i, p in enumerate(steps) if p and all(s.strip() for s in p)]
-    if idx:
-        for i, s in zip(idx, verifier.score([questions[i] for i in idx], [steps[i] for i in idx])):
-            scores[i] = list(s)
-    return scores
+def _scores(verifier, questions: Sequence[str], steps: Sequence[list[str]],
+            ) -> tuple[list[list[float] | None], int]:
+    """Every path's step scores in one batched call (None for an unscorable path), and how many
+    were unscorable."""
+    scored = score_paths(verifier, questions, steps)
+    return scored.scores, scored.unscorable
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Process annotation (reward_models/annotate.py): labelling rules, each method, resuming, bad input."""
+"""Process annotation (reward_models/annotate/): labelling rules, each method, resuming, bad input."""
 
 import json
 import re
@@ -392,3 +392,19 @@ def test_bad_settings_and_inputs(tmp_path, capsys):
     problem.meta.pop("world")
     with pytest.raises(ann.AnnotationError, match="world"):
         ann.annotate(config(tmp_path, "exact"), ScriptedGenerator([]), [problem])
+
+
+def test_each_method_is_one_module_with_one_signature():
+    """Every annotation method is a module of reward_models.annotate with an `annotate_group` of the
+    same parameters; AutoPSV's, made once its outcome verifier is there, has them too."""
+    import importlib
+    import inspect
+
+    expected = ["generator", "problems", "cfg", "group", "stats"]
+    for method in ann.METHODS:
+        module = importlib.import_module(f"reward_models.annotate.{method}")
+        group_fn = module.make_annotator(None, None) if method == "autopsv" else module.annotate_group
+        assert list(inspect.signature(group_fn).parameters) == expected, method
+    from reward_models.annotate.run import ANNOTATORS
+
+    assert set(ANNOTATORS) | {"autopsv"} == set(ann.METHODS)

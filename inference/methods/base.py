@@ -23,7 +23,8 @@ from inference.backends.prompt_limits import PROMPT_TOO_LONG, prompts_fit
 from reasoning.answers import choice_letter, parse_number
 from reasoning.grading import normalize_latex, normalize_text
 from reasoning.types import Problem, ReasoningPath
-from reward_models.verifier import Verifier, VerifierInputError, layout
+from reward_models.scoring import score_paths
+from reward_models.verifier import Verifier, layout
 
 
 @dataclass
@@ -57,6 +58,10 @@ class MethodOutput:
     """Method-specific record: samples and votes, per-round scores, tree statistics..."""
     flags: list[str] = field(default_factory=list)
     """Counted anomalies: 'no_answer', 'no_steps', 'truncated', 'unclosed_tags', ..."""
+
+
+class NoVerifierError(ValueError):
+    """A method that needs a verifier was run without one."""
 
 
 class Tracker:
@@ -121,8 +126,10 @@ class Tracker:
         return fits, params
 
     def score(self, owners: Sequence[int], questions: Sequence[str], paths: Sequence[Sequence[str]]) -> list[list[float]]:
+        """The verifier's step scores of every path, charged to their owners; raises what the
+        verifier raises (`score_paths` counts the unscorable paths instead)."""
         if self.verifier is None:
-            raise ValueError("this method needs a verifier; pass --verifier")
+            raise NoVerifierError("this method needs a verifier; pass --verifier")
         if not (len(owners) == len(questions) == len(paths)):
             raise ValueError("owners, questions and paths must have the same length")
         if not paths:
@@ -141,6 +148,25 @@ class Tracker:
             self.usage[owner].verifier_calls += 1
             self.last_path_tokens.append(share)
         return scores
+
+    def score_paths(self, owners: Sequence[int], questions: Sequence[str], paths: Sequence[Sequence[str]],
+                    tokens: list[int] | None = None) -> list[list[float] | None]:
+        """`score`, except that a path the verifier cannot score gets None instead of failing the
+        batch (`reward_models.scoring.score_paths`: such a path is never sent, or is found by
+        scoring a refused batch path by path); the caller flags it. `tokens`, when given, becomes
+        the verifier tokens charged to each path (0 for one not scored)."""
+        charged = [0] * len(paths)
+
+        def score_batch(idx: list[int]) -> list[list[float]]:
+            got = self.score([owners[i] for i in idx], [questions[i] for i in idx], [paths[i] for i in idx])
+            for i, spent in zip(idx, self.last_path_tokens):
+                charged[i] = spent
+            return got
+
+        scored = score_paths(self.verifier, questions, paths, score_batch=score_batch)
+        if tokens is not None:
+            tokens[:] = charged
+        return scored.scores
 
 
 SAMPLING_FIELDS = ("max_new_tokens", "temperature", "top_p", "n")
@@ -162,8 +188,7 @@ def blind(problems: Sequence[Problem]) -> list[Problem]:
 
 
 # ----------------------------------------------------------------------------------------------
-# Helpers shared by several methods: anomaly flags of one generation, answer voting, and scoring
-# that isolates the paths a verifier refuses instead of losing the whole batch.
+# Helpers shared by several methods: anomaly flags of one generation and answer voting.
 
 
 def completion_flags(completion: Completion, path: ReasoningPath, answer: str | None) -> list[str]:
@@ -229,35 +254,3 @@ def majority_vote(answers: Sequence[str | None], kind: str = "number") -> tuple[
         return None, {}
     best = max(votes, key=lambda k: (votes[k], -first[k]))
     return first[best], votes
-
-
-def score_paths(
-    tracker: Tracker, owners: Sequence[int], questions: Sequence[str], paths: Sequence[Sequence[str]],
-    tokens: list[int] | None = None,
-) -> list[list[float] | None]:
-    """`tracker.score`, except that a path the verifier refuses (`VerifierInputError`: zero steps,
-    longer than its context...) gets None instead of failing the batch. Zero-step paths are never
-    sent; when the batch is refused, its paths are scored one by one to find the bad ones.
-    `tokens`, when given, becomes the verifier tokens charged to each path (0 for one not scored)."""
-    out: list[list[float] | None] = [None] * len(paths)
-    if tokens is not None:
-        tokens[:] = [0] * len(paths)
-    sendable = [i for i, p in enumerate(paths) if len(p) > 0]
-    if not sendable:
-        return out
-    try:
-        scores = tracker.score([owners[i] for i in sendable], [questions[i] for i in sendable],
-                               [paths[i] for i in sendable])
-        for i, s, spent in zip(sendable, scores, tracker.last_path_tokens):
-            out[i] = s
-            if tokens is not None:
-                tokens[i] = spent
-    except VerifierInputError:
-        for i in sendable:
-            try:
-                out[i] = tracker.score([owners[i]], [questions[i]], [paths[i]])[0]
-                if tokens is not None:
-                    tokens[i] = tracker.last_path_tokens[0]
-            except VerifierInputError:
-                out[i] = None
-    return out

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inference.backends.base import Completion, SamplingParams
-from inference.methods.base import MethodOutput, Tracker, answer_key, check_sampling_fields, score_paths
+from inference.methods.base import MethodOutput, NoVerifierError, Tracker, answer_key, check_sampling_fields
 from reasoning.answers import extract_answer
 from reasoning.prompts import (
     ANS_CLOSE,
@@ -201,7 +201,7 @@ class _State:
 
 def run(problems: list[Problem], tracker: Tracker, config: Config) -> list[MethodOutput]:
     if config.verifier_backverify and tracker.verifier is None:
-        raise ValueError("verifier_backverify needs a verifier; pass --verifier or set verifier_backverify false")
+        raise NoVerifierError("verifier_backverify needs a verifier; pass --verifier or set verifier_backverify false")
     if not problems:
         return []
     states = [_State() for _ in problems]
@@ -442,7 +442,7 @@ def _back_verify(problems: list[Problem], tracker: Tracker, config: Config, stat
                     owners.append(i)
                     questions.append(problems[i].question)
                     paths.append(c.steps)
-        scores = score_paths(tracker, owners, questions, paths) if paths else []
+        scores = tracker.score_paths(owners, questions, paths) if paths else []
         for i, state in enumerate(states):
             for c in state.candidates:
                 s = scores[distinct[(i, tuple(c.steps))]]

@@ -27,7 +27,6 @@ from inference.methods.base import (
     check_sampling_fields,
     completion_flags,
     majority_vote,
-    score_paths,
 )
 from reasoning.answers import extract_answer
 from reasoning.prompts import solve_prompt
@@ -78,7 +77,7 @@ def run(problems: list[Problem], tracker: Tracker, config: Config) -> list[Metho
         parsed.append(rows)
     spent: list[int] = []
     step_scores: dict[tuple[int, int], list[float] | None] = dict(
-        zip(where, score_paths(tracker, owners, questions, paths, tokens=spent))
+        zip(where, tracker.score_paths(owners, questions, paths, tokens=spent))
     )
     verifier_tokens = dict(zip(where, spent))
 

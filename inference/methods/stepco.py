@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inference.backends.base import SamplingParams
-from inference.methods.base import MethodOutput, Tracker, check_sampling_fields, completion_flags, score_paths
+from inference.methods.base import MethodOutput, Tracker, check_sampling_fields, completion_flags
 from reasoning.answers import extract_answer
 from reasoning.prompts import revise_prompt, solve_prompt
 from reasoning.steps import prefix_text, split_steps
@@ -156,7 +156,7 @@ def verify_and_revise(problems: list[Problem], tracker: Tracker, config: Revisio
         todo = [i for i, s in enumerate(states) if s.active and s.scores is None]
         if todo and (config.verify_final or not last):
             spent: list[int] = []
-            scored = score_paths(tracker, todo, [problems[i].question for i in todo], [states[i].steps for i in todo],
+            scored = tracker.score_paths(todo, [problems[i].question for i in todo], [states[i].steps for i in todo],
                                  tokens=spent)
             for i, scores, tokens in zip(todo, scored, spent):
                 s = states[i]
