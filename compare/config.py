@@ -26,7 +26,8 @@ REFERENCE = "stepco_exact"
 RESOLVED = "compare_config.json"
 """The resolved config a run writes into its output directory (what the stage subprocesses read)."""
 METHOD_NAMES = {"greedy": "greedy", "self_consistency": "self-consistency", "best_of_n": "Best-of-N",
-                "stepco": "StepCo", "pathco": "PathCo", "beats": "BEATS", REFERENCE: "StepCo + exact checker (reference)"}
+                "stepco": "StepCo", "pathco": "PathCo", "beats": "BEATS",
+                REFERENCE: "StepCo + exact checker (reference)"}
 POLICY_NAMES = {"sft": "SFT", "outcome_ppo": "outcome-PPO", "step_ppo": "step-PPO"}
 
 
@@ -223,7 +224,8 @@ def _build(cls: type, values: Any, where: str) -> Any:
         raise CompareError(f"unknown config key {where + '.' if where else ''}{unknown[0]}; "
                            f"known: {', '.join(names)}")
     kwargs: dict[str, Any] = {}
-    nested = {"sft": SFTSection, "verifier_lm": VerifierLMSection, "psv": PSVSection, "ppo": PPOSection, "eval": EvalSection}
+    nested = {"sft": SFTSection, "verifier_lm": VerifierLMSection, "psv": PSVSection, "ppo": PPOSection,
+              "eval": EvalSection}
     for name, value in values.items():
         key = f"{where}.{name}" if where else name
         if cls is CompareConfig and name in nested:
@@ -336,7 +338,8 @@ def with_ppo_names(values: dict[str, Any], notes=None, where: str = "") -> dict[
         if isinstance(ppo.get("args"), dict):
             ppo["args"] = translate_settings(ppo["args"], notes, f"{where}ppo.args.")
         if isinstance(ppo.get("runs"), dict):
-            ppo["runs"] = {name: ({**run, "args": translate_settings(run["args"], notes, f"{where}ppo.runs.{name}.args.")}
+            ppo["runs"] = {name: ({**run,
+                                   "args": translate_settings(run["args"], notes, f"{where}ppo.runs.{name}.args.")}
                                   if isinstance(run, dict) and isinstance(run.get("args"), dict) else run)
                            for name, run in ppo["runs"].items()}
     except ConfigError as err:
@@ -364,7 +367,8 @@ def validate(cfg: CompareConfig) -> None:
                                "PPO run has the same budget")
         for key in ("policy", "model_name_or_path", "verifier", "output_dir", "reward"):
             if key in run.args or key in cfg.ppo.args:
-                raise CompareError(f"ppo args: {key} is set by compare (use ppo.runs.<name>.reward, sft.path, psv.path)")
+                raise CompareError(f"ppo args: {key} is set by compare (use ppo.runs.<name>.reward, sft.path, "
+                                   "psv.path)")
     if "output_dir" in cfg.sft.args:
         raise CompareError("sft.args.output_dir is set by compare (use sft.path for an existing policy)")
     if "output_dir" in cfg.verifier_lm.args:

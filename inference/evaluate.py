@@ -132,7 +132,8 @@ class EvalArguments:
     dataset: str = field(metadata={"help": "'world' (test split; 'world:dev' etc.), a benchmark name, a "
                                            ".jsonl/.json/.parquet/.csv file, a save_to_disk folder (FOLDER[:SPLIT], "
                                            "default test) or a Hub id (ID[:CONFIG]:SPLIT)."})
-    policy: str = field(metadata={"help": "The policy: a save_pretrained directory (hf) or a model name (vllm, openai)."})
+    policy: str = field(
+        metadata={"help": "The policy: a save_pretrained directory (hf) or a model name (vllm, openai)."})
     out: str = field(metadata={"help": "Output directory (results.jsonl, summary.json); an existing run resumes."})
     verifier: str | None = field(
         default=None,
@@ -165,9 +166,11 @@ class EvalArguments:
         default=None, metadata={"help": "Folder of benchmark files (default $STEPRL_DATA_DIR or ../shared/data)."}
     )
     source: str = field(
-        default="auto", metadata={"help": "Benchmark source: local file, the Hub, or auto.", "choices": ["auto", "local", "hub"]}
+        default="auto", metadata={"help": "Benchmark source: local file, the Hub, or auto.",
+                                  "choices": ["auto", "local", "hub"]}
     )
-    bootstrap_samples: int = field(default=1000, metadata={"help": "Resamples of the accuracy's 95%% bootstrap interval."})
+    bootstrap_samples: int = field(default=1000,
+                                   metadata={"help": "Resamples of the accuracy's 95%% bootstrap interval."})
     overwrite: bool = field(default=False, metadata={"help": "Delete an existing run in --out and start afresh."})
     quiet: bool = field(default=False, metadata={"help": "No progress bar."})
 
@@ -526,7 +529,8 @@ def _recover(out: Path, run_config: dict, problems: Sequence[Problem], overwrite
                 "Resume with the same settings, choose another --out, or pass --overwrite"
             )
     elif results.exists() and results.stat().st_size > 0:
-        raise EvaluationError(f"{results} exists but {config_path.name} does not; pass --overwrite or choose another --out")
+        raise EvaluationError(f"{results} exists but {config_path.name} does not; pass --overwrite or choose "
+                              "another --out")
     else:
         atomic_write(config_path, json.dumps(run_config, indent=2) + "\n")
 
@@ -654,7 +658,8 @@ def evaluate(
     done: dict[str, dict] = state["rows"]
     if not quiet and (done or state["partial_lines_dropped"] or state["duplicate_rows_dropped"]):
         print(f"resuming {out}: {len(done)} of {len(problems)} problems done; dropped "
-              f"{state['partial_lines_dropped']} partial line(s) and {state['duplicate_rows_dropped']} duplicate row(s)",
+              f"{state['partial_lines_dropped']} partial line(s) and {state['duplicate_rows_dropped']} "
+              "duplicate row(s)",
               file=sys.stderr)
     _fsync_append(out / PROGRESS, [_dumps({
         "event": "start", "run": state["run"], "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -821,7 +826,8 @@ def check_server(model: str, options: dict[str, Any]) -> None:
 def run_from_args(args: EvalArguments, module: types.ModuleType, config: Any) -> dict[str, Any]:
     """Load the data, the (lazy) generator and verifier of the CLI settings, and evaluate."""
     if args.backend == "hf" and not Path(args.policy).is_dir():
-        raise EvaluationError(f"--policy {args.policy}: no such directory (the hf backend loads a save_pretrained folder)")
+        raise EvaluationError(f"--policy {args.policy}: no such directory (the hf backend loads a "
+                              "save_pretrained folder)")
     if args.backend == "hf":
         from inference.backends.model_files import ModelFilesError, check_model_folder
 

@@ -109,7 +109,8 @@ class ConfidenceVerifier:
                 ids[r, : len(e["input_ids"])] = torch.tensor(e["input_ids"])
                 mask[r, : len(e["input_ids"])] = 1
             self.tokens_used += int(mask.sum())
-            logprobs = torch.log_softmax(self.model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float(), -1)
+            logprobs = torch.log_softmax(self.model(input_ids=ids.to(device),
+                                                    attention_mask=mask.to(device)).logits.float(), -1)
             for r, (e, spans) in enumerate(zip(encs, spans_per_path)):
                 offsets = e["offset_mapping"]
                 scores = []

@@ -243,7 +243,8 @@ def item_from_row(row: dict, kind: str, index: int, where: str) -> PathItem:
             if gold == -1 and row.get("answer_correct") is False:
                 gold = len(steps)  # every step right, yet no right answer: the path never states one
         else:
-            raise DatasetError(f"{where}: a stepwise row needs its exact earliest error (earliest_error or exact_labels)")
+            raise DatasetError(f"{where}: a stepwise row needs its exact earliest error (earliest_error or "
+                               "exact_labels)")
     if not isinstance(question, str):
         raise DatasetError(f"{where}: the question must be a string")
     item = PathItem(rid, rid, question, steps, gold)

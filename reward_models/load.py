@@ -498,7 +498,8 @@ def _check_psv_dir(spec: str) -> None:
         raise ValueError(
             f"{spec} is a causal LM (a policy), not a PSV: train one with `python -m reward_models.train "
             f"--init_from {spec}`, or use `step-confidence:{spec}` (its own probabilities, no training); a "
-            f"published causal-LM PRM is named by its family: `rlhflow-prm:{spec}`, `math-shepherd:{spec}` or `auto:{spec}`"
+            f"published causal-LM PRM is named by its family: `rlhflow-prm:{spec}`, `math-shepherd:{spec}` or "
+            f"`auto:{spec}`"
         )
     if not Path(spec).exists():
         _unknown(spec, "no such directory")

@@ -64,7 +64,8 @@ def encode_paths(
         enc = tokenizer(lay.text, add_special_tokens=False, return_offsets_mapping=True)
         if max_length is not None and len(enc["input_ids"]) > max_length:
             raise VerifierInputError(
-                f"row {row_offset + i}: {len(enc['input_ids'])} tokens, longer than the verifier's context ({max_length})"
+                f"row {row_offset + i}: {len(enc['input_ids'])} tokens, longer than the verifier's context "
+                f"({max_length})"
             )
         texts.append(enc["input_ids"])
         positions.append(token_positions(enc["offset_mapping"], lay.step_end_chars))

@@ -389,8 +389,10 @@ class StepPPOConfig(TrainingArguments):
         if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs or []):
             raise ValueError(f"--reward_weights gives {len(self.reward_weights)} weights for "
                              f"{len(self.reward_funcs or [])} --reward_funcs")
-        if REWARDS[self.reward].verifier and "exact" in spec_parts(self.verifier) and self.dataset != "world":
-            raise ValueError("the exact verifier checks world problems only: use --dataset world")
+        checkers = [p for p in spec_parts(self.verifier) if split_spec(p)[0] in ("exact", "exact-noisy")]
+        if REWARDS[self.reward].verifier and checkers and self.dataset != "world":
+            raise ValueError(f"the {split_spec(checkers[0])[0]} verifier checks world problems only: "
+                             "use --dataset world")
         if self.reward_clip is not None and self.reward_clip <= 0:
             raise ValueError(f"--reward_clip must be > 0, got {self.reward_clip}")
         check_online_update(self)

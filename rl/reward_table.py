@@ -43,12 +43,15 @@ class RewardTally:
     counts: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
         ("truncated", "no_answer", "no_steps", "correct", "steps", "step_score_sum", "scored_steps"), 0))
     unlocated: int = 0
+    unscorable: int = 0
+    """Responses a verifier reward could not score (refused by the verifier: too long for its context)."""
     totals: list[float] = field(default_factory=list)
 
     @classmethod
     def start(cls, funcs: list[WeightedReward]) -> RewardTally:
         tally = cls({kind: 0.0 for kind in ("verifier", "gold", "penalty", "user")}, [0.0] * len(funcs))
         for r in funcs:  # the verifier's step scores behind its rewards, for the mean step score
+            tally.unscorable += getattr(r.func, "last_unscorable", 0) if r.kind == "verifier" else 0
             for s in getattr(r.func, "last_scores", None) or []:
                 if s is not None:
                     tally.counts["step_score_sum"] += sum(s)
@@ -105,7 +108,8 @@ class RewardTally:
             "rollout/response_tokens": sum(lengths) / n,
             "rollout/truncated_frac": c["truncated"] / n,
             "rollout/no_answer_frac": c["no_answer"] / n,
-            "rollout/no_steps_frac": c["no_steps"] / n,
+            "rollout/no_steps_frac": (c["no_steps"] - self.unscorable) / n,
+            "verifier/unscorable_frac": self.unscorable / n,
             "rollout/unlocated_steps_frac": self.unlocated / n,
         }
         for r, total in zip(funcs, self.paid_by_func):

@@ -3,7 +3,8 @@
 `check_model_path(flag, path)` is what every command that takes a model (`--policy`, a verifier
 spec's PATH, `serve --model`) runs first: a folder must hold a config, whole safetensors weights
 (a truncated copy is named, not a 55-line `SafetensorError`) and the tokenizer's files (every loader
-here reads the tokenizer from the model's own folder, a LoRA adapter's too); a path that is not a folder must be one that can only be a Hub id (`name` or
+here reads the tokenizer from the model's own folder, a LoRA adapter's too); a path that is not a
+folder must be one that can only be a Hub id (`name` or
 `org/name`), so that a typo is named instead of reported as a Hub error.
 
 No weight is read: a safetensors file's header says how long the file must be.

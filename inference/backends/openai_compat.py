@@ -12,7 +12,8 @@ and from then on this generator asks such a server for one choice per request
 (`stats["n_ignored"]` counts the prompts where that happened).
 
 Connection errors, timeouts, 408, 429 and 5xx answers are retried with exponential backoff and
-jitter (honouring `Retry-After`); other 4xx answers are not. After the last attempt an `OpenAICompatError` says what went wrong.
+jitter (honouring `Retry-After`); other 4xx answers are not. After the last attempt an
+`OpenAICompatError` says what went wrong.
 
 How the server's answer becomes our `Completion`:
 

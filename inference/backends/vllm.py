@@ -202,7 +202,8 @@ def merged_weights(policy) -> list[tuple[str, Any]]:
     import torch
 
     prefix = getattr(getattr(policy, "base_model", None), "prefix", "lora_")
-    active = set(policy.active_adapters) if hasattr(policy, "peft_config") and hasattr(policy, "merge_adapter") else None
+    lora = hasattr(policy, "peft_config") and hasattr(policy, "merge_adapter")
+    active = set(policy.active_adapters) if lora else None
     modules = dict(policy.named_modules())
     out = []
     with torch.no_grad():

@@ -116,16 +116,18 @@ class Tracker:
         context minus one) new tokens; all of them when the generator states no context. A prompt
         too long in characters to fit is refused untokenised (`prompt_limits.prompts_fit`)."""
         context = getattr(self.generator, "context_length", None)
-        if not context:
+        count_tokens = getattr(self.generator, "count_tokens", None)
+        if not context or count_tokens is None:
             return [True] * len(prompts), params
         if params.max_new_tokens > context - 1:
             params = dataclasses.replace(params, max_new_tokens=max(1, context - 1))
             self.capped_to = params.max_new_tokens
-        fits = prompts_fit(prompts, context, params.max_new_tokens, self.generator.count_tokens,
+        fits = prompts_fit(prompts, context, params.max_new_tokens, count_tokens,
                            getattr(self.generator, "max_token_chars", None))
         return fits, params
 
-    def score(self, owners: Sequence[int], questions: Sequence[str], paths: Sequence[Sequence[str]]) -> list[list[float]]:
+    def score(self, owners: Sequence[int], questions: Sequence[str],
+              paths: Sequence[Sequence[str]]) -> list[list[float]]:
         """The verifier's step scores of every path, charged to their owners; raises what the
         verifier raises (`score_paths` counts the unscorable paths instead)."""
         if self.verifier is None:

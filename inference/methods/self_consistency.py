@@ -65,7 +65,8 @@ def run(problems: list[Problem], tracker: Tracker, config: Config) -> list[Metho
         results.append(
             MethodOutput(
                 prediction=answers[winner] if winner is not None else None,
-                completion=completions[winner].text if winner is not None else (completions[0].text if completions else ""),
+                completion=(completions[winner].text if winner is not None
+                            else (completions[0].text if completions else "")),
                 usage=tracker.usage[i],
                 trace={"samples": [c.text for c in completions], "answers": answers,
                        "finish_reasons": [c.finish_reason for c in completions],

@@ -130,7 +130,8 @@ class _State:
     flags: list[str] = field(default_factory=list)
 
 
-def verify_and_revise(problems: list[Problem], tracker: Tracker, config: RevisionConfig, choose: Choose) -> list[MethodOutput]:
+def verify_and_revise(problems: list[Problem], tracker: Tracker, config: RevisionConfig,
+                      choose: Choose) -> list[MethodOutput]:
     """The verify-then-revise loop, batched over problems; `choose` decides where a path is revised."""
     check_loop_config(config)
     n = len(problems)
@@ -191,7 +192,8 @@ def verify_and_revise(problems: list[Problem], tracker: Tracker, config: Revisio
         prompts = []
         for i, k, p in pending:
             q, steps = problems[i].question, states[i].steps
-            prompts.append(revise_prompt(q, steps, k, p) if config.revision == "prompt" else solve_prompt(q, steps[: k - 1]))
+            prompts.append(revise_prompt(q, steps, k, p) if config.revision == "prompt"
+                           else solve_prompt(q, steps[: k - 1]))
         params = SamplingParams(max_new_tokens=config.max_new_tokens, temperature=temperature,
                                 top_p=config.top_p, n=1, seed=config.seed + r + 1)
         revised = tracker.generate([i for i, _, _ in pending], prompts, params)
