@@ -251,7 +251,8 @@ def test_server_speaks_the_openai_format(server):
     assert httpx.get(f"{url}/models").json()["data"][0]["id"] == NAME
     for body, param in [({"prompt": "x", "stream": True}, "stream"), ({"max_tokens": 3}, "prompt"),
                         ({"prompt": "x", "n": 0}, "n"), ({"prompt": "x", "max_tokens": 0}, "max_tokens"),
-                        ({"prompt": "x", "temperature": "hot"}, "temperature"), ({"prompt": "x", "stop": [""]}, "stop")]:
+                        ({"prompt": "x", "temperature": "hot"}, "temperature"),
+                        ({"prompt": "x", "stop": [""]}, "stop")]:
         r = httpx.post(f"{url}/completions", json=body)
         assert r.status_code == 400 and r.json()["error"]["param"] == param, (body, r.text)
     assert httpx.post(f"{url}/completions", content=b"{not json").status_code == 400

@@ -210,7 +210,8 @@ def test_best_of_n_unscorable_samples_and_majority_fallback():
 
 def test_best_of_n_falls_back_to_majority_when_nothing_scores():
     p = problem(0)
-    gen = ScriptedGenerator({solve_prompt(p.question): ["", path("HUGE", "<ans>3</ans>"), path("HUGE", "<ans>3</ans>")]})
+    gen = ScriptedGenerator({solve_prompt(p.question): ["", path("HUGE", "<ans>3</ans>"),
+                                                        path("HUGE", "<ans>3</ans>")]})
     out = best_of_n.run([p], tracker_for(gen, 1, ScriptedVerifier()), best_of_n.Config(n=3))[0]
     assert out.prediction == "3" and out.trace["chosen_by"] == "majority_vote" and out.trace["chosen"] == 1
     assert "fallback_majority_vote" in out.flags and Counter(out.flags)["unscorable"] == 3

@@ -272,7 +272,8 @@ def skywork(rows, tmp_path_factory):
     w, b = _linear(cfg.hidden_size, 1, 5, scale=3.0)
     tensors.update({"v_head.summary.weight": w, "v_head.summary.bias": b})
     # as the published config.json: tied embeddings, remote-code auto_map (neither read here)
-    auto_map = {"AutoConfig": "configuration_qwen2_rm.Qwen2RMConfig", "AutoModel": "modeling_qwen2_rm.Qwen2ForRewardModel"}
+    auto_map = {"AutoConfig": "configuration_qwen2_rm.Qwen2RMConfig",
+                "AutoModel": "modeling_qwen2_rm.Qwen2ForRewardModel"}
     folder = _save(tmp_path_factory.mktemp("skywork") / "prm", cfg, tok, tensors,
                    {"auto_map": auto_map, "tie_word_embeddings": True})
     return folder, AutoTokenizer.from_pretrained(folder), cfg, tensors

@@ -143,7 +143,8 @@ def test_lora_training_from_a_relative_path_saves_an_absolute_base(policy_dir, t
     assert psv_config["lora"] is True and psv_config["lora_r"] == 4 and psv_config["loss"] == "bce"
     monkeypatch.chdir(tmp_path)
     verifier = PSVVerifier.from_pretrained(out, device="cpu")
-    assert len(verifier.score(["Ava has 3 cards. How many cards does Ava have?"], [["The answer is <ans>3</ans>."]])[0]) == 1
+    assert len(verifier.score(["Ava has 3 cards. How many cards does Ava have?"],
+                              [["The answer is <ans>3</ans>."]])[0]) == 1
 
 
 BAD_ROWS = [

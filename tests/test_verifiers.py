@@ -125,7 +125,8 @@ def _step_token_logprobs(model, tok, question, steps):
     for end in lay.step_end_chars:
         start = lay.text.rindex("<Step>", 0, end)
         toks = [k for k, (a, b) in enumerate(enc["offset_mapping"]) if a <= end and b > start]
-        out.append((lay.text[enc["offset_mapping"][toks[0]][0]], [logp[k - 1, enc["input_ids"][k]].item() for k in toks]))
+        out.append((lay.text[enc["offset_mapping"][toks[0]][0]],
+                    [logp[k - 1, enc["input_ids"][k]].item() for k in toks]))
     return out
 
 
