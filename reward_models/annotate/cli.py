@@ -22,3 +22,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(json.dumps(summary))
     return 0
+
+
+if __name__ == "__main__":  # the console script's module runs as `python -m` too
+    sys.exit(main())
