@@ -167,7 +167,9 @@ def parse_invocations(command: str, where: str) -> list[Invocation] | None:
             method = None
             if module == "inference.evaluate" and "--method" in args:
                 value = args[args.index("--method") + 1] if args.index("--method") + 1 < len(args) else ""
-                if (ROOT / "inference" / "methods" / f"{value}.py").is_file():
+                # a method by name (inference/methods/NAME.py) or by module path (a lab method, PKG.MOD)
+                home = ROOT / Path(*value.split(".")) if "." in value else ROOT / "inference" / "methods" / value
+                if home.with_suffix(".py").is_file():
                     method = value
             found.append(Invocation(where, kind, module, flags, paths, method))
         elif head in PYTHONS and rest and rest[0].endswith(".py"):
