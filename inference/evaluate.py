@@ -27,14 +27,20 @@ loads none.
 labelled in the summary as an upper reference (`"verifier_is_reference": true`), never a method.
 
 **Blind, then grade.** The method sees `inference.methods.base.blind(problems)`: no gold answer,
-no gold steps, no world quantities. Grading happens here, afterwards, with
-`reasoning.grading.is_correct` on the method's prediction.
+no gold steps, no world quantities. Grading happens here, afterwards, by
+`reasoning.steps.answer_correct` on the method's prediction, under both answer checks: `correct`
+(the headline `accuracy`) is "flexible", the prediction as the method extracted it (the last number
+when no answer is stated); `correct_strict` (`accuracy_strict`) is "strict", which also asks the
+completion to state its answer (`<ans>`, "answer is", `\\boxed`), the check that training uses by
+default (PPO's `--answer_match`, annotation's labels).
 
 **Outputs.** `DIR/results.jsonl`, one row per problem: `id`, `question`, `answer` (gold),
-`answer_kind`, `prediction`, `correct`, `completion`, `usage` (prompt / completion / verifier
+`answer_kind`, `prediction`, `correct`, `correct_strict`, `completion`, `usage` (prompt / completion / verifier
 tokens, LLM and verifier calls), `flags`, `trace`, `chunk`, and on world problems `error_kind`
 (the world checker's earliest error of the completion, None when it has none).
-`DIR/summary.json`, recomputed from all rows at the end: accuracy with a 95% bootstrap interval,
+`DIR/summary.json`, recomputed from all rows at the end: accuracy with a 95% bootstrap interval
+under each answer check (`accuracy`, `accuracy_ci95`: flexible; `accuracy_strict`,
+`accuracy_strict_ci95`: strict),
 token and call totals, wall seconds, flag counts, the full method config, dataset, policy,
 verifier, backend and seed. The summary is also printed as one JSON line.
 
@@ -84,10 +90,10 @@ from typing import Any
 from inference.methods import METHODS
 from inference.methods.base import MethodOutput, NoVerifierError, Tracker, blind
 from reasoning.benchmarks import DatasetError
-from reasoning.grading import is_correct
 from reasoning.jsonl import atomic_write, read_resumable_jsonl
 from reasoning.questions import QuestionError, check_questions
 from reasoning.stats import accuracy_interval
+from reasoning.steps import answer_correct, has_answer
 from reasoning.types import Problem
 from reward_models.load import kinds_help
 
@@ -577,8 +583,9 @@ def _seed_everything(seed: int) -> None:
 def _row(problem: Problem, output: MethodOutput, chunk: int, tracker_flags: Sequence[str] = ()) -> dict[str, Any]:
     if not isinstance(output, MethodOutput):
         raise EvaluationError(f"the method returned {type(output).__name__}, not a MethodOutput")
-    prediction = output.prediction
-    correct = prediction is not None and is_correct(prediction, problem.answer, problem.answer_kind, problem.options)
+    prediction, completion = output.prediction, output.completion or ""
+    correct = prediction is not None and answer_correct(completion, problem, "flexible", prediction)
+    correct_strict = prediction is not None and answer_correct(completion, problem, "strict", prediction)
     row: dict[str, Any] = {
         "id": problem.id,
         "question": problem.question,
@@ -586,6 +593,7 @@ def _row(problem: Problem, output: MethodOutput, chunk: int, tracker_flags: Sequ
         "answer_kind": problem.answer_kind,
         "prediction": prediction,
         "correct": bool(correct),
+        "correct_strict": bool(correct_strict),
         "completion": output.completion,
         "usage": output.usage.to_dict(),
         "flags": list(tracker_flags) + list(output.flags),
@@ -744,11 +752,21 @@ def _is_reference(verifier: Any) -> bool:
     return isinstance(verifier, ExactVerifier)
 
 
+def _correct_strict(row: dict) -> bool:
+    """A row's strict answer check; a row written before `correct_strict` existed gets it from what it
+    holds (a flexible-correct prediction from a completion that states an answer, as `_row` grades it)."""
+    if "correct_strict" in row:
+        return bool(row["correct_strict"])
+    return bool(row.get("correct")) and has_answer(row.get("completion") or "")
+
+
 def summarize(rows: Sequence[dict], progress: Sequence[dict] = (), n_problems: int | None = None,
               bootstrap_samples: int = 1000) -> dict[str, Any]:
-    """Accuracy, its interval, compute totals and flag counts of result rows (plus timings from progress)."""
+    """Accuracy under both answer checks with their intervals, compute totals and flag counts of result
+    rows (plus timings from progress)."""
     n = len(rows)
     correct = sum(bool(r.get("correct")) for r in rows)
+    correct_strict = sum(_correct_strict(r) for r in rows)
 
     def total(key: str) -> int:
         return sum(int((r.get("usage") or {}).get(key, 0)) for r in rows)
@@ -767,6 +785,9 @@ def summarize(rows: Sequence[dict], progress: Sequence[dict] = (), n_problems: i
         "correct": correct,
         "accuracy": correct / n if n else 0.0,
         "accuracy_ci95": accuracy_interval(correct, n, bootstrap_samples),
+        "correct_strict": correct_strict,
+        "accuracy_strict": correct_strict / n if n else 0.0,
+        "accuracy_strict_ci95": accuracy_interval(correct_strict, n, bootstrap_samples),
         "bootstrap_samples": bootstrap_samples,
         "generator_prompt_tokens": prompt,
         "generator_completion_tokens": completion,

@@ -24,10 +24,11 @@ from __future__ import annotations
 import re
 
 from reasoning.answers import extract_answer
-from reasoning.grading import grade
+from reasoning.grading import grade, is_correct
 from reasoning.types import Problem, ReasoningPath
 
-__all__ = ["CLOSE_TAG", "OPEN_TAG", "answer_correct", "has_answer", "join_steps", "prefix_text", "split_steps"]
+__all__ = ["ANSWER_MATCHES", "CLOSE_TAG", "OPEN_TAG", "answer_correct", "check_answer_match", "has_answer",
+           "join_steps", "prefix_text", "split_steps"]
 
 OPEN_TAG = "<Step>"
 CLOSE_TAG = "</Step>"
@@ -114,8 +115,35 @@ def has_answer(text: str) -> bool:
     return bool(_ANSWER_MARK_RE.search(text or ""))
 
 
-def answer_correct(text: str, problem: Problem) -> bool:
-    """Right by the gold answer, counting only a stated answer (`has_answer`), not a trailing number:
-    a text without one, or a problem without a gold answer, is wrong. The label of annotation's
-    rollouts, the reward of PPO's gold mode, and what the baselines beside PPO count."""
-    return bool(problem.answer) and has_answer(text) and grade(text, problem).correct
+ANSWER_MATCHES = ("strict", "flexible")
+"""The answer checks, by name (after lm-eval-harness's strict-match and flexible-extract):
+
+- "strict": only a stated answer counts (`has_answer`: `<ans>`, "answer is", `\\boxed`); a text
+  that merely ends on the gold number is wrong. Training's default (PPO's gold reward, annotation's
+  labels), since a trailing-number check pays a policy for ending on any number it can guess.
+- "flexible": the evaluation's extraction (`reasoning.answers.extract_answer`), which falls back to
+  the last number of the text when no answer is stated.
+"""
+
+
+def check_answer_match(mode: str, flag: str = "--answer_match") -> str:
+    """`mode` when it names an answer check (ANSWER_MATCHES), else ValueError in one line naming `flag`."""
+    if mode not in ANSWER_MATCHES:
+        raise ValueError(f"{flag} must be one of {', '.join(ANSWER_MATCHES)}; got {mode!r}")
+    return mode
+
+
+def answer_correct(text: str, problem: Problem, match: str = "strict", prediction: str | None = None) -> bool:
+    """Right by the gold answer under the answer check `match` (ANSWER_MATCHES; "strict" by default,
+    counting only a stated answer, not a trailing number): a problem without a gold answer is wrong.
+
+    `prediction`, when given, is the answer already taken from `text` (an inference method's vote or
+    choice) and is graded in place of the text's own extraction; "strict" still asks `text` to state
+    an answer. The one answer check of the toolkit: annotation's rollout labels, PPO's gold reward
+    and the implicit PRM's labels (`--answer_match`), and the evaluation's two accuracies."""
+    check_answer_match(match, "match")
+    if not problem.answer or (match == "strict" and not has_answer(text)):
+        return False
+    if prediction is None:
+        return grade(text, problem).correct
+    return is_correct(prediction, problem.answer, problem.answer_kind, problem.options)

@@ -1,7 +1,8 @@
 """Step-level evaluation of a verifier: ProcessBench's earliest-error F1 and Best-of-N selection.
 
     python -m reward_models.evaluate --verifier V --data F [--policy P]
-        [--threshold θ | --calibrate-on DEV] [--rule threshold|drop] [--limit N] [--out rows.jsonl]
+        [--threshold θ | --calibrate-on DEV] [--rule threshold|drop]
+        [--limit N [--limit_strategy stratified|spread|first] [--seed S]] [--out rows.jsonl]
 
 `V` is anything `reward_models.load.load_verifier` takes: a PSV directory, `confidence` (with
 `--policy`) or `exact` (world data only). `F` (and `DEV`) is one of
@@ -15,6 +16,16 @@
   split for `--calibrate-on`) or a world JSONL (rows with a `world` field), with `--policy`: paths are
   sampled from the policy and labelled exactly by `reasoning.world.earliest_error`. Then Best-of-N
   selection accuracy (`--bon_n`) is reported for every aggregation too.
+
+**A limited run** (`--limit N`, and `--calibrate_limit` for DEV) keeps N rows of a file or a
+benchmark by `--limit_strategy` (`limited_rows`). ProcessBench's files are sorted by label, so their
+first N rows may hold one label only. `stratified` (the default) keeps the file's shares: the
+correct (label -1) and erroneous paths in proportion, at least one of each when both are there and
+N >= 2, then within the erroneous ones each earliest-error step in proportion, the rows of each
+label drawn at random with `--seed`, and kept in file order. `spread` takes N rows evenly spaced
+through the file (no seed); `first` the first N rows, as before. Rows without a label (a world
+JSONL) form one stratum, so `stratified` draws N of them at random. Every row of the file is read
+and checked except under `first`. `--data world` generates N problems, whatever the strategy.
 
 **Metric** (ProcessBench). The predicted earliest error of a path is its first *flagged* step (-1
 when none is). Accuracy on erroneous paths asks for exactly the gold index; accuracy on correct
@@ -35,6 +46,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import sys
 import time
 from collections import Counter
@@ -50,6 +62,7 @@ from reward_models.scoring import score_paths, unscorable_reason
 from reward_models.verifier import AGGREGATIONS, aggregate
 
 RULES = ("threshold", "drop")
+LIMIT_STRATEGIES = ("stratified", "spread", "first")
 DEFAULT_THRESHOLD = {"threshold": 0.5, "drop": -0.5}
 _EPS = 1e-6
 
@@ -253,6 +266,55 @@ def item_from_row(row: dict, kind: str, index: int, where: str) -> PathItem:
     return item
 
 
+def _largest_remainder(sizes: Sequence[int], k: int) -> list[int]:
+    """k split over groups of `sizes` in proportion (Hamilton's largest remainders; ties to the
+    earlier group); no group gets more than its size when k <= sum(sizes)."""
+    total = sum(sizes)
+    quotas = [k * s / total if total else 0.0 for s in sizes]
+    alloc = [math.floor(q) for q in quotas]
+    by_remainder = sorted(range(len(sizes)), key=lambda g: (-(quotas[g] - alloc[g]), g))
+    for g in by_remainder[: k - sum(alloc)]:
+        alloc[g] += 1
+    return alloc
+
+
+def limited_rows(labels: Sequence[int | None], limit: int, strategy: str = "stratified", seed: int = 0) -> list[int]:
+    """The indices (ascending) of the `limit` rows a limited run keeps, by `strategy` (LIMIT_STRATEGIES;
+    see the module docstring); `labels` are the rows' earliest-error labels (-1: no error; None:
+    unlabelled). Deterministic given `seed`."""
+    if strategy not in LIMIT_STRATEGIES:
+        raise ValueError(f"--limit_strategy must be one of {', '.join(LIMIT_STRATEGIES)}; got {strategy!r}")
+    n = len(labels)
+    if limit < 0:
+        raise ValueError(f"--limit must be >= 0, got {limit}")
+    if limit >= n:
+        return list(range(n))
+    if strategy == "first":
+        return list(range(limit))
+    if strategy == "spread":
+        return [i * n // limit for i in range(limit)]
+    # stratified: the correct / erroneous / unlabelled shares first, then each label within its share
+    shares: dict[str, dict[int | None, list[int]]] = {}
+    for i, label in enumerate(labels):
+        share = "unlabelled" if label is None else "correct" if label == -1 else "erroneous"
+        shares.setdefault(share, {}).setdefault(label, []).append(i)
+    names = sorted(shares)
+    sizes = [sum(len(rows) for rows in shares[s].values()) for s in names]
+    alloc = _largest_remainder(sizes, limit)
+    if limit >= len(names):  # a share present in the file is present in the sample (F1 needs both kinds)
+        for g in range(len(names)):
+            if alloc[g] == 0:
+                alloc[max(range(len(names)), key=lambda h: alloc[h])] -= 1
+                alloc[g] = 1
+    rng = random.Random(seed)
+    kept: list[int] = []
+    for name, k in zip(names, alloc):
+        strata = sorted(shares[name].items(), key=lambda kv: -2 if kv[0] is None else kv[0])
+        for (_, rows), m in zip(strata, _largest_remainder([len(rows) for _, rows in strata], k)):
+            kept += rng.sample(rows, m)
+    return sorted(kept)
+
+
 def _world_config_for(policy: str | None):
     from reasoning.world import world_config_of
 
@@ -293,16 +355,17 @@ def load_eval_set(data: str, args: EvalArguments, generator_factory, default_spl
         world_rows = generate(split, n, args.world_seed, _world_config_for(args.policy))
         kind = "world"
     else:
+        first = limit if args.limit_strategy == "first" else None  # any other strategy reads every row
         if data.strip().lower().replace("-", "_") in BENCHMARKS:
-            problems = load_benchmark(data, limit=limit)
+            problems = load_benchmark(data, limit=first)
             rows = [{"id": p.id, "question": p.question, **p.meta} for p in problems]
             source, lines = data, list(range(1, len(rows) + 1))
         else:
             if not Path(data).is_file():
                 raise FileNotFoundError(f"no such data file or benchmark name: {data}")
             rows, lines = read_jsonl(data)
-            if limit is not None:
-                rows, lines = rows[:limit], lines[:limit]
+            if first is not None:
+                rows, lines = rows[:first], lines[:first]
             source = data
         if not rows:
             raise DatasetError(f"{source}: no rows")
@@ -320,8 +383,16 @@ def load_eval_set(data: str, args: EvalArguments, generator_factory, default_spl
                     raise DatasetError(f"{source}:{ln}: not a world row: needs 'question' and a 'world' object "
                                        "with 'quantities' and a 'target' among them")
             world_rows = rows
+            if limit is not None:
+                world_rows = [rows[i] for i in limited_rows([None] * len(rows), limit, args.limit_strategy,
+                                                            args.seed)]
         else:
             items = [item_from_row(r, kind, i, f"{source}:{ln}") for i, (r, ln) in enumerate(zip(rows, lines))]
+            if limit is not None:
+                items = [items[i] for i in limited_rows([it.gold for it in items], limit, args.limit_strategy,
+                                                        args.seed)]
+                if not items:
+                    raise DatasetError(f"{source}: no rows (--limit {limit})")
             return EvalSet(data, kind, items)
     from inference.backends.base import SamplingParams
 
@@ -395,9 +466,20 @@ class EvalArguments:
         metadata={"help": "threshold: flag s_k < θ; drop: flag (s_k - s_{k-1}) / s_{k-1} < θ with s_0 = 1.",
                   "choices": list(RULES)},
     )
-    limit: int | None = field(default=None, metadata={"help": "First N rows (world: N problems) of --data."})
+    limit: int | None = field(default=None, metadata={
+        "help": "N rows of --data, chosen by --limit_strategy (world: N generated problems)."})
+    limit_strategy: str = field(
+        default="stratified",
+        metadata={"help": "Which rows --limit and --calibrate_limit keep. stratified: the correct (label -1) and "
+                          "erroneous shares of the file, and each earliest-error step within the erroneous one, "
+                          "in proportion (at least one of each kind), drawn with --seed (ProcessBench files are "
+                          "sorted by label, so their first rows may hold one label only); spread: N rows evenly "
+                          "spaced through the file; first: the first N rows.",
+                  "choices": list(LIMIT_STRATEGIES)},
+    )
     calibrate_limit: int | None = field(
-        default=None, metadata={"help": "First N rows (world: problems) of --calibrate-on; default --limit."}
+        default=None, metadata={"help": "N rows (world: problems) of --calibrate-on, by --limit_strategy; default "
+                                        "--limit."}
     )
     out: str | None = field(default=None, metadata={"help": "JSONL with one row per path (scores, gold, prediction)."})
     samples_per_problem: int = field(default=8, metadata={"help": "World: paths sampled per problem."})
@@ -405,7 +487,8 @@ class EvalArguments:
     temperature: float = field(default=1.0, metadata={"help": "World: sampling temperature."})
     top_p: float = field(default=1.0, metadata={"help": "World: nucleus sampling."})
     max_new_tokens: int = field(default=192, metadata={"help": "World: generation limit per path."})
-    seed: int = field(default=0, metadata={"help": "World: sampling seed."})
+    seed: int = field(default=0, metadata={"help": "World: sampling seed; also the draw of --limit_strategy "
+                                                   "stratified."})
     world_n: int = field(default=100, metadata={"help": "World: problems generated when --data is world."})
     world_seed: int = field(default=0, metadata={"help": "World: seed of the generated problems."})
     batch_size: int = field(default=32, metadata={"help": "Paths per verifier forward pass."})
@@ -419,6 +502,12 @@ class EvalArguments:
             raise ValueError("give --threshold or --calibrate-on, not both")
         if self.bon_n < 1 or self.samples_per_problem < 1:
             raise ValueError("bon_n and samples_per_problem must be >= 1")
+        if self.limit_strategy not in LIMIT_STRATEGIES:
+            raise ValueError(f"--limit_strategy must be one of {', '.join(LIMIT_STRATEGIES)}; got "
+                             f"{self.limit_strategy!r}")
+        for name in ("limit", "calibrate_limit"):
+            if (getattr(self, name) or 0) < 0:
+                raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}")
 
 
 def _skipped(reasons: Sequence[tuple[str, str] | None]) -> dict[str, Any]:
@@ -463,6 +552,8 @@ def evaluate(args: EvalArguments) -> dict[str, Any]:
     verifier = load_verifier(args.verifier, args.policy, world_rows=world_rows, batch_size=args.batch_size,
                              device=args.device)
     result: dict[str, Any] = {"verifier": args.verifier, "data": args.data, "kind": test.kind, "rule": args.rule}
+    if args.limit is not None or args.calibrate_limit is not None:
+        result.update(limit=args.limit, limit_strategy=args.limit_strategy)
     threshold = args.threshold if args.threshold is not None else DEFAULT_THRESHOLD[args.rule]
     if dev is not None:
         dev_scores, dev_reasons = score_items(verifier, dev.items, args.batch_size)

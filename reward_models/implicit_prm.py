@@ -32,7 +32,14 @@ their answer-check labels, so that the PRM follows the policy (PRIME's online up
 `--verifier_online_update`).
 
 The trained folder holds the LM (`save_pretrained`), its tokenizer and `implicit_prm.json` with
-beta, the absolute path of the reference and the training figures.
+beta, the reference and the training figures (with the loss logged every `--logging_steps`). A
+local reference is stored as a path relative to the PRM folder (`reference_local: true`), so a tree
+that holds both moves as a whole, with its absolute path beside it (`reference_absolute`) for a PRM
+folder moved alone; a Hub id is stored as is. A file from before (an absolute path) still loads.
+
+Training shows a progress bar and writes to stderr, as JSON lines, the label balance at the start
+(rows, right and wrong, and the answer check they were made with when the annotation's
+`<data>.meta.json` says so) and the mean loss every `--logging_steps` steps; stdout is the summary.
 """
 
 from __future__ import annotations
@@ -86,7 +93,7 @@ def check_implicit_dir(path: str) -> dict[str, Any]:
     if not isinstance(cfg, dict) or not isinstance(cfg.get("beta"), (int, float)) or not cfg.get("reference"):
         raise ValueError(f"implicit:{path}: {CONFIG_NAME} needs a number 'beta' and a 'reference' path")
 
-    ref = resolve_reference(path, cfg["reference"])
+    ref = resolve_reference(path, cfg)
     try:
         check_model_path("reference", ref)  # a saved model's folder, or a Hub id
     except ValueError:
@@ -95,11 +102,35 @@ def check_implicit_dir(path: str) -> dict[str, Any]:
     return cfg
 
 
-def resolve_reference(path: str, reference: str) -> str:
-    """The reference: a path relative to the PRM folder when one is there, else as saved (an
-    absolute path, or a Hub id)."""
-    inside = Path(path) / reference
-    return str(inside) if not Path(reference).is_absolute() and inside.exists() else reference
+def resolve_reference(path: str, cfg: dict[str, Any]) -> str:
+    """The reference of the PRM folder `path` whose `implicit_prm.json` is `cfg`: a local one
+    (`reference_local`) relative to the folder, else at its stored absolute path when only the PRM
+    moved (the relative one, to name in an error, when neither is there); a file from before the
+    flag: a path relative to the folder when one is there, else as saved (an absolute path, or a
+    Hub id)."""
+    reference = str(cfg["reference"])
+    if Path(reference).is_absolute():
+        return reference
+    inside = os.path.normpath(Path(path) / reference)
+    if cfg.get("reference_local"):
+        fallback = cfg.get("reference_absolute")
+        if not Path(inside).exists() and isinstance(fallback, str) and Path(fallback).exists():
+            return fallback
+        return inside
+    return inside if Path(inside).exists() else reference
+
+
+def stored_reference(reference: str, out: str | os.PathLike[str]) -> dict[str, Any]:
+    """How `implicit_prm.json` in the folder `out` names the reference `reference` (a local path,
+    relative to the working directory, or a Hub id): see the module docstring."""
+    if not reference or not Path(reference).exists():
+        return {"reference": reference}  # a Hub id
+    absolute = os.path.abspath(reference)
+    try:
+        relative = os.path.relpath(absolute, os.path.abspath(out))
+    except ValueError:  # another drive: no relative path
+        return {"reference": absolute}
+    return {"reference": Path(relative).as_posix(), "reference_local": True, "reference_absolute": absolute}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,7 +218,7 @@ class ImplicitPRM:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         cfg = check_implicit_dir(path)
-        ref_path = resolve_reference(path, cfg["reference"])
+        ref_path = resolve_reference(path, cfg)
         tokenizer = AutoTokenizer.from_pretrained(path)
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
@@ -301,9 +332,7 @@ class ImplicitPRM:
         self.model.save_pretrained(str(out))
         self.tokenizer.save_pretrained(str(out))
         reference = self.reference_path or getattr(self.ref, "name_or_path", "") or ""
-        if reference and Path(reference).exists():
-            reference = os.path.abspath(reference)
-        cfg = {"format": FORMAT, "beta": self.beta, "reference": reference, **(extra or {})}
+        cfg = {"format": FORMAT, "beta": self.beta, **stored_reference(reference, out), **(extra or {})}
         (out / CONFIG_NAME).write_text(json.dumps(cfg, indent=2))
 
 
@@ -385,6 +414,9 @@ class ImplicitPRMConfig:
     skip_bad_rows: bool = field(default=False, metadata={"help": "Skip malformed or too-long rows (counted) "
                                                                  "instead of failing."})
     loss_probe_rows: int = field(default=256, metadata={"help": "Rows whose loss is measured before and after."})
+    logging_steps: int = field(default=10, metadata={"help": "Log the mean training loss every N optimiser steps "
+                                                             "(stderr, and the log history in implicit_prm.json)."})
+    disable_tqdm: bool = field(default=False, metadata={"help": "No progress bar."})
 
     def validate(self) -> None:
         if not self.data or not self.init_from or not self.output_dir:
@@ -395,6 +427,8 @@ class ImplicitPRMConfig:
             raise ValueError(f"--batch_size must be >= 1, got {self.batch_size}")
         if not self.learning_rate > 0:
             raise ValueError(f"--learning_rate must be > 0, got {self.learning_rate}")
+        if self.logging_steps < 1:
+            raise ValueError(f"--logging_steps must be >= 1, got {self.logging_steps}")
 
 
 def load_for_training(policy: str, beta: float) -> ImplicitPRM:
@@ -410,6 +444,26 @@ def load_for_training(policy: str, beta: float) -> ImplicitPRM:
     prm = ImplicitPRM(model, ref, tokenizer, beta)
     prm.reference_path = os.path.abspath(policy) if Path(policy).exists() else policy
     return prm
+
+
+def labels_answer_match(source: str | None) -> str | None:
+    """The answer check the rows of the file `source` were labelled with, from the annotation's
+    `<source>.meta.json` (`--answer_match`, recorded only when not "strict"); None when there is none."""
+    meta = Path(f"{source}.meta.json") if source else None
+    if meta is None or not meta.is_file():
+        return None
+    try:
+        settings = json.loads(meta.read_text())
+    except (OSError, ValueError):
+        return None
+    return str(settings.get("answer_match", "strict")) if isinstance(settings, dict) else None
+
+
+def log_line(record: dict[str, Any]) -> None:
+    """One JSON line of training progress on stderr (stdout is the summary), past a progress bar."""
+    from tqdm.auto import tqdm
+
+    tqdm.write(json.dumps(record), file=sys.stderr)
 
 
 @torch.no_grad()
@@ -440,16 +494,29 @@ def train_implicit_prm(rows: Sequence[Any], cfg: ImplicitPRMConfig, source: str 
         raise ValueError("no trainable rows" + (f" ({len(bad)} bad rows skipped)" if bad else ""))
     rng = random.Random(cfg.seed)
     probe = rng.sample(clean, min(cfg.loss_probe_rows, len(clean)))
-    loss_before = probe_loss(prm, probe, cfg.batch_size)
     per_epoch = math.ceil(len(clean) / cfg.batch_size)
     total_steps = cfg.max_steps if cfg.max_steps > 0 else max(1, math.ceil(per_epoch * cfg.num_train_epochs))
+    labels = [r["label"] for r in clean]
+    right = int(sum(labels))
+    answer_match = labels_answer_match(source)
+    log_line({"implicit_prm": "start", "rows": len(clean), "right": right, "wrong": len(clean) - right,
+              "label_mean": round(right / len(clean), 4), "answer_match": answer_match, "skipped_rows": len(bad),
+              "steps": total_steps, "batch_size": cfg.batch_size})
+    if right in (0, len(clean)):
+        log_line({"warning": f"every row is labelled {'right' if right else 'wrong'}: the PRM can only learn to "
+                             "say so (check the annotation's --answer_match and the policy's answers)"})
+    loss_before = probe_loss(prm, probe, cfg.batch_size)
     params = [p for p in prm.model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0)
     prm.model.train()
     order: list[dict] = []
     losses = []
+    log_history: list[dict[str, Any]] = []
     tokens_before = prm.tokens_used
-    for _ in range(total_steps):
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total_steps, desc="implicit PRM", disable=cfg.disable_tqdm, dynamic_ncols=True)
+    for step in range(1, total_steps + 1):
         if len(order) < cfg.batch_size:
             epoch = list(clean)
             rng.shuffle(epoch)
@@ -462,16 +529,25 @@ def train_implicit_prm(rows: Sequence[Any], cfg: ImplicitPRMConfig, source: str 
             torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         optimizer.step()
         losses.append(loss.item())
+        bar.update(1)
+        if step % cfg.logging_steps == 0 or step == total_steps:
+            recent = losses[-(step - (log_history[-1]["step"] if log_history else 0)):]
+            entry = {"step": step, "of": total_steps, "loss": round(sum(recent) / len(recent), 6),
+                     "epoch": round(step * cfg.batch_size / len(clean), 4), "seconds": round(time.time() - start, 2)}
+            log_history.append(entry)
+            log_line(entry)
+            bar.set_postfix(loss=f"{entry['loss']:.4f}")
+    bar.close()
     prm.model.eval()
     train_tokens = prm.tokens_used - tokens_before
     loss_after = probe_loss(prm, probe, cfg.batch_size)
     seconds = round(time.time() - start, 2)
-    labels = [r["label"] for r in clean]
-    stats = {"rows": len(clean), "correct_rows": int(sum(labels)), "label_mean": sum(labels) / len(labels),
+    stats = {"rows": len(clean), "correct_rows": right, "label_mean": right / len(clean), "answer_match": answer_match,
              "skipped_rows": len(bad), "bad_rows": bad[:50], "source": source}
     training = {"learning_rate": cfg.learning_rate, "batch_size": cfg.batch_size, "steps": total_steps,
                 "num_train_epochs": cfg.num_train_epochs, "max_steps": cfg.max_steps, "seed": cfg.seed,
-                "train_loss": sum(losses) / len(losses), "tokens_read": train_tokens, "train_seconds": seconds}
+                "train_loss": sum(losses) / len(losses), "tokens_read": train_tokens, "train_seconds": seconds,
+                "logging_steps": cfg.logging_steps, "log_history": log_history}
 
     prm.save_pretrained(cfg.output_dir, extra={"data": stats, "training": training,
                                                "loss_probe": {"rows": len(probe), "before": loss_before,

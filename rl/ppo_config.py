@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from transformers import TrainingArguments
 
+from reasoning.steps import ANSWER_MATCHES
 from reward_models.load import spec_parts, split_spec
 from reward_models.verifier import AGGREGATIONS
 from rl.distributed import deepspeed_launch, has_gpu
@@ -192,6 +193,15 @@ class StepPPOConfig(TrainingArguments):
     step_reward_weight: float = field(default=1.0, metadata={"help": "Scale of verifier rewards."})
     gold_reward_weight: float = field(
         default=1.0, metadata={"help": "Scale of the gold outcome reward (1 right, 0 wrong)."})
+    answer_match: str = field(
+        default="strict",
+        metadata={"help": f"The answer check, one of {', '.join(ANSWER_MATCHES)}: what the gold reward (--reward gold, "
+                          "step+gold, and mc_values' continuations), the online implicit PRM's labels and the probe's "
+                          "sampled accuracy count as right. 'strict' (the default) counts only a stated answer "
+                          "(<ans>, 'answer is', \\boxed), so a policy is not paid for ending on a number it guessed; "
+                          "'flexible' takes the evaluation's extraction, the last number when no answer is stated "
+                          "(lm-eval-harness's flexible-extract; inference.evaluate reports accuracy under both)."},
+    )
     missing_eos_penalty: float = field(
         default=1.0, metadata={"help": "Subtracted at the last token of a truncated response."})
     no_answer_penalty: float = field(
@@ -350,6 +360,7 @@ class StepPPOConfig(TrainingArguments):
 
         choose("reward", self.reward, REWARD_MODES)
         choose("reward_shaping", self.reward_shaping, SHAPING_MODES)
+        choose("answer_match", self.answer_match, ANSWER_MATCHES)
         choose("outcome_aggregation", self.outcome_aggregation, AGGREGATIONS)
         choose("advantage_estimator", self.advantage_estimator, ADVANTAGE_ESTIMATORS)
         choose("step_credit", self.step_credit, STEP_CREDITS)

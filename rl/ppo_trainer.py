@@ -663,7 +663,7 @@ class StepPPOTrainer:
 
     def _online_verifier_update(self, batch: Rollouts) -> dict[str, float]:
         """--verifier_online_update: optimiser steps of each implicit PRM on this update's rollouts
-        with steps, labelled by the answer check; gradients averaged over processes."""
+        with steps, labelled by the answer check (--answer_match); gradients averaged over processes."""
         t = time.time()
         idx = [i for i, text in enumerate(batch.texts)
                if (steps := split_steps(text).steps) and all(s.strip() for s in steps)]
@@ -671,7 +671,7 @@ class StepPPOTrainer:
             return {"verifier/online_paths": 0.0, "time/verifier_update": time.time() - t}
         questions = [batch.problems[i].question for i in idx]
         paths = [split_steps(batch.texts[i]).steps for i in idx]
-        labels = [float(answer_correct(batch.texts[i], batch.problems[i])) for i in idx]
+        labels = [float(answer_correct(batch.texts[i], batch.problems[i], self.args.answer_match)) for i in idx]
         sync = None
         if self.accelerator.num_processes > 1:
             def sync(grad):
@@ -772,7 +772,8 @@ class StepPPOTrainer:
                 params = SamplingParams(max_new_tokens=args.max_completion_length, temperature=args.temperature,
                                         top_p=args.top_p, n=args.num_generations, seed=args.seed + self.update)
                 completions = gen.generate([solve_prompt(p.question) for p in mine], params) if mine else []
-                right = [sum(answer_correct(c.text, p) for c in group) for p, group in zip(mine, completions)]
+                right = [sum(answer_correct(c.text, p, args.answer_match) for c in group)
+                         for p, group in zip(mine, completions)]
                 right = self._unshard(right, len(hard))
                 out["probe/sampled_accuracy_wrong_at_start"] = sum(right) / (len(hard) * args.num_generations)
         return out

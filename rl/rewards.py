@@ -95,11 +95,12 @@ def _problems(problems: Sequence[Problem] | None, answer: Sequence[str] | None) 
 
 
 def answer_check(prompts: Sequence[str], completions: Sequence[str], answer: Sequence[str] | None = None,
-                 problems: Sequence[Problem] | None = None, **_: Any) -> list[float]:
-    """1.0 where the completion states the gold answer, else 0.0 (`reasoning.steps.answer_correct`):
-    the gold reward. Grades by the `problems` when given (answer kinds, options), else by the
-    `answer` column, so TRL's `GRPOTrainer` can call it on a dataset with an `answer` column."""
-    return [float(answer_correct(c, p)) for c, p in zip(completions, _problems(problems, answer))]
+                 problems: Sequence[Problem] | None = None, answer_match: str = "strict", **_: Any) -> list[float]:
+    """1.0 where the completion's answer is the gold answer, else 0.0 (`reasoning.steps.answer_correct`
+    under the answer check `answer_match`; "strict", the default, counts only a stated answer): the
+    gold reward. Grades by the `problems` when given (answer kinds, options), else by the `answer`
+    column, so TRL's `GRPOTrainer` can call it on a dataset with an `answer` column."""
+    return [float(answer_correct(c, p, answer_match)) for c, p in zip(completions, _problems(problems, answer))]
 
 
 answer_check.__name__ = "gold"
@@ -193,9 +194,10 @@ class WeightedReward:
 
 def build_reward_funcs(config, verifier, extra: Sequence[Callable] = (), extra_weights: Sequence[float] | None = None,
                        ) -> list[WeightedReward]:
-    """The reward functions of a run: `config.reward` (REWARDS) read here and nowhere else, the
-    format penalties, the config's `--reward_funcs` (weights `--reward_weights`), then `extra` (a
-    caller's functions, weights `extra_weights`); a user function's weight defaults to 1."""
+    """The reward functions of a run: `config.reward` (REWARDS) read here and nowhere else (its gold
+    reward under `config.answer_match`), the format penalties, the config's `--reward_funcs` (weights
+    `--reward_weights`), then `extra` (a caller's functions, weights `extra_weights`); a user function's
+    weight defaults to 1."""
     mode = REWARDS[config.reward]
     funcs: list[WeightedReward] = []
     if mode.verifier:
@@ -207,7 +209,8 @@ def build_reward_funcs(config, verifier, extra: Sequence[Callable] = (), extra_w
                                                               config.reward_shaping),
                                         config.step_reward_weight, kind="verifier"))
     if mode.gold:
-        funcs.append(WeightedReward(answer_check, config.gold_reward_weight, kind="gold"))
+        gold = functools.partial(answer_check, answer_match=config.answer_match)
+        funcs.append(WeightedReward(gold, config.gold_reward_weight, name="gold", kind="gold"))
     if config.missing_eos_penalty:
         funcs.append(WeightedReward(missing_eos, config.missing_eos_penalty, kind="penalty"))
     if config.no_answer_penalty:

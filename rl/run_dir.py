@@ -239,7 +239,7 @@ def stored_settings(out: str | Path) -> dict[str, Any] | None:
 
 
 SETTINGS_ADDED_LATER = {"step_credit": "return", "entropy_coef": 0.0, "drop_flat_groups": False, "mc_rollouts": 4,
-                        "scale_rewards": "group"}
+                        "scale_rewards": "group", "answer_match": "strict"}
 """Settings a run stored before they existed, with the value such a run computed with."""
 
 

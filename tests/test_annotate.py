@@ -408,3 +408,31 @@ def test_each_method_is_one_module_with_one_signature():
     from reward_models.annotate.run import ANNOTATORS
 
     assert set(ANNOTATORS) | {"autopsv"} == set(ann.METHODS)
+
+
+class TrailingNumberGenerator:
+    """Every path ends on the gold number without stating it as the answer (no <ans>, no 'answer is')."""
+
+    def __init__(self, problems):
+        self.answers = {p.question: p.answer for p in problems}
+
+    def generate(self, prompts, params):
+        out = []
+        for prompt in prompts:
+            answer = next(a for q, a in self.answers.items() if q in prompt)
+            text = f"<Step> First we add.</Step>\n<Step> So it is {answer}</Step>"
+            out.append([Completion(text, 3, 5, "stop")] * params.n)
+        return out
+
+
+@pytest.mark.parametrize("match", ["strict", "flexible"])
+def test_answer_match_decides_the_labels(tmp_path, world_rows, match):
+    problems = [row_to_problem(r) for r in world_rows]
+    cfg = config(tmp_path, "outcome", paths_per_problem=2, answer_match=match)
+    ann.annotate(cfg, TrailingNumberGenerator(problems), problems)
+    rows = read_rows(tmp_path / "outcome.jsonl")
+    right = match == "flexible"  # a trailing number counts only under the flexible check
+    assert len(rows) == 2 * len(problems) and all(r["answer_correct"] is right for r in rows)
+    assert all(r["labels"] == [float(right)] * 2 for r in rows)
+    meta = json.loads((tmp_path / "outcome.jsonl.meta.json").read_text())
+    assert ("answer_match" in json.dumps(meta)) is right  # recorded when not the default, so old files resume

@@ -307,3 +307,62 @@ def test_cli_refuses_bad_input_before_the_expensive_work(policy_dir, psv_dir, tm
     assert "--out" in capsys.readouterr().err
     assert ev.main(["--verifier", str(psv_dir) + "x", "--data", "world", "--policy", str(policy_dir)]) == 2
     assert "no such directory" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# --limit on a file sorted by label, as ProcessBench's are
+
+
+def sorted_processbench_file(tmp_path, labels):
+    """A ProcessBench-format file whose rows are sorted by label (each row has 3 steps)."""
+    rows = [{"id": f"pb-{i}", "question": f"Q{i}?", "answer": "", "steps": ["a = 1", "b = 2", "c = 3"], "label": label,
+             "final_answer_correct": label == -1, "generator": "test"} for i, label in enumerate(labels)]
+    data = tmp_path / "pb_sorted.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return data
+
+
+def limited(data, limit, **kw):
+    args = ev.EvalArguments(verifier="exact", data=str(data), limit=limit, **kw)
+    return ev.load_eval_set(str(data), args, None, "test", limit).items
+
+
+def test_a_stratified_limit_keeps_both_kinds_of_path(tmp_path):
+    labels = [0] * 4 + [1] * 2 + [2] * 2 + [-1] * 8
+    data = sorted_processbench_file(tmp_path, labels)
+    # first: the old behaviour, one label only
+    assert [it.gold for it in limited(data, 4, limit_strategy="first")] == [0, 0, 0, 0]
+    # stratified (the default): half correct, half erroneous as in the file; each label in proportion
+    items = limited(data, 4)
+    golds = sorted(it.gold for it in items)
+    assert golds == [-1, -1, 0, 1]
+    ids = [it.id for it in items]
+    assert ids == sorted(ids, key=lambda i: int(i.split("-")[1]))  # kept in file order
+    assert [it.id for it in limited(data, 4)] == ids  # deterministic given the seed
+    draws = {tuple(it.id for it in limited(data, 4, seed=s)) for s in range(6)}
+    assert len(draws) > 1  # the seed draws the rows within each label
+    assert all(sorted(int(i.split("-")[1]) >= 8 for i in d) == [False, False, True, True] for d in draws)
+    eight = sorted(it.gold for it in limited(data, 8))
+    assert eight == [-1] * 4 + [0, 0, 1, 2]
+    # spread: evenly spaced rows
+    assert [it.id for it in limited(data, 4, limit_strategy="spread")] == ["pb-0", "pb-4", "pb-8", "pb-12"]
+    # a limit beyond the file keeps every row, whatever the strategy
+    assert len(limited(data, 100)) == len(limited(data, 100, limit_strategy="first")) == 16
+
+
+def test_a_stratified_limit_keeps_a_rare_kind(tmp_path):
+    data = sorted_processbench_file(tmp_path, [1] * 15 + [-1])
+    assert sorted(it.gold for it in limited(data, 2)) == [-1, 1]
+    assert [it.gold for it in limited(data, 1)] == [1]  # one row: the larger share
+    assert ev.limited_rows([None] * 10, 3, seed=0) == ev.limited_rows([None] * 10, 3, seed=0)
+    assert len(ev.limited_rows([None] * 10, 3)) == 3  # unlabelled rows (a world file): a seeded draw
+
+
+def test_limit_strategy_is_checked(tmp_path, capsys):
+    with pytest.raises(ValueError, match="--limit_strategy must be one of stratified, spread, first; got 'top'"):
+        ev.EvalArguments(verifier="exact", data="x", limit_strategy="top")
+    with pytest.raises(ValueError, match="--limit must be >= 0"):
+        ev.EvalArguments(verifier="exact", data="x", limit=-1)
+    with pytest.raises(SystemExit) as stop:  # argparse's choices: usage and one error line, exit 2
+        ev.main(["--verifier", "exact", "--data", "x", "--limit_strategy", "top"])
+    assert stop.value.code == 2 and "invalid choice: 'top'" in capsys.readouterr().err

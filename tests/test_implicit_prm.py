@@ -3,7 +3,10 @@ the `implicit:PATH` spec, and the online update inside PPO."""
 
 import json
 import math
+import os
 import random
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -142,7 +145,9 @@ def test_training_separates_right_from_wrong_and_the_spec_loads_it(models, tmp_p
     assert summary["loss_after"] < summary["loss_before"] == pytest.approx(math.log(2), rel=1e-6)
     assert summary["tokens_read"] > 0 and summary["train_seconds"] >= 0
     saved = json.loads((out / "implicit_prm.json").read_text())
-    assert saved["beta"] == 0.1 and saved["reference"] == str((root / "policy").resolve())
+    assert saved["beta"] == 0.1 and saved["reference_local"] is True
+    assert (out / saved["reference"]).resolve() == (root / "policy").resolve()  # relative to the PRM folder
+    assert saved["reference_absolute"] == str((root / "policy").resolve())
     assert (out / "world_config.json").exists()
     check_spec(f"implicit:{out}")
     prm = load_verifier(f"implicit:{out}")
@@ -294,3 +299,89 @@ def test_outcome_annotation_feeds_the_implicit_prm(models, tmp_path):
     cfg = ImplicitPRMConfig(data="rows", init_from=str(root / "policy"), output_dir=str(tmp_path / "prm"),
                             max_steps=1, batch_size=4)
     assert train_implicit_prm(rows, cfg)["rows"] == 8
+
+
+def test_training_logs_the_label_balance_and_the_loss(models, tmp_path, capsys):
+    root, *_ = models
+    rows = outcome_rows(3)
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "rows.jsonl.meta.json").write_text(json.dumps({"method": "outcome", "answer_match": "flexible"}))
+    assert main(["--data", str(data), "--init_from", str(root / "policy"), "--output_dir", str(tmp_path / "prm"),
+                 "--max_steps", "5", "--batch_size", "2", "--logging_steps", "2", "--disable_tqdm", "true"]) == 0
+    captured = capsys.readouterr()
+    json.loads(captured.out)  # stdout: the summary alone
+    lines = [json.loads(line) for line in captured.err.splitlines() if line.startswith("{")]
+    start, *logged = lines
+    assert start == {"implicit_prm": "start", "rows": 6, "right": 3, "wrong": 3, "label_mean": 0.5,
+                     "answer_match": "flexible", "skipped_rows": 0, "steps": 5, "batch_size": 2}
+    assert [e["step"] for e in logged] == [2, 4, 5] and all(e["of"] == 5 and e["loss"] > 0 for e in logged)
+    saved = json.loads((tmp_path / "prm" / "implicit_prm.json").read_text())
+    assert saved["training"]["log_history"] == logged and saved["data"]["answer_match"] == "flexible"
+    # one label only: said at the start
+    data.write_text("".join(json.dumps(dict(r, answer_correct=True)) + "\n" for r in rows))
+    assert main(["--data", str(data), "--init_from", str(root / "policy"), "--output_dir", str(tmp_path / "p2"),
+                 "--max_steps", "1", "--disable_tqdm", "true"]) == 0
+    assert "every row is labelled right" in capsys.readouterr().err
+
+
+def _trained_tree(models, tree, monkeypatch):
+    """tree/policy (a copy of the tiny policy) and tree/prm, an implicit PRM on it trained for one step,
+    both named by paths relative to the working directory, `tree`'s parent."""
+    root, *_ = models
+    monkeypatch.chdir(tree.parent)
+    shutil.copytree(root / "policy", tree / "policy")
+    cfg = ImplicitPRMConfig(data="rows", init_from=f"{tree.name}/policy", output_dir=f"{tree.name}/prm",
+                            max_steps=1, batch_size=4, disable_tqdm=True)
+    train_implicit_prm(outcome_rows(2), cfg)
+    return tree / "prm"
+
+
+def test_the_reference_survives_another_working_directory_and_a_moved_tree(models, tmp_path, monkeypatch):
+    from reward_models.load import check_spec, load_verifier
+
+    rows = outcome_rows(2)
+    prm_dir = _trained_tree(models, tmp_path / "tree", monkeypatch)
+    saved = json.loads((prm_dir / "implicit_prm.json").read_text())
+    assert saved["reference"] == "../policy" and saved["reference_local"] is True
+    def scores_of(prm):  # every step's score, flat
+        return [s for path in prm.score([r["prompt"] for r in rows], [r["completions"] for r in rows]) for s in path]
+
+    scores = scores_of(ImplicitPRM.from_pretrained(str(prm_dir)))
+    # from another working directory, by an absolute or a relative path
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    for spec in (str(prm_dir), os.path.relpath(prm_dir, elsewhere)):
+        check_spec(f"implicit:{spec}")
+        prm = load_verifier(f"implicit:{spec}")
+        assert Path(prm.reference_path).resolve() == (tmp_path / "tree" / "policy").resolve()
+        assert scores_of(prm) == pytest.approx(scores)
+    # the whole tree moved: the relative reference follows it
+    shutil.move(str(tmp_path / "tree"), str(tmp_path / "moved"))
+    prm = ImplicitPRM.from_pretrained(str(tmp_path / "moved" / "prm"))
+    assert Path(prm.reference_path).resolve() == (tmp_path / "moved" / "policy").resolve()
+    assert scores_of(prm) == pytest.approx(scores)
+    # saved again from there, it names the reference relative to its new place
+    prm.save_pretrained(str(tmp_path / "moved" / "prm_again"))
+    again = json.loads((tmp_path / "moved" / "prm_again" / "implicit_prm.json").read_text())
+    assert again["reference"] == "../policy" and again["reference_absolute"] == str(tmp_path / "moved" / "policy")
+    # the PRM folder moved alone: its stored absolute path still finds the reference
+    shutil.move(str(tmp_path / "moved" / "prm_again"), str(tmp_path / "prm_alone"))
+    check_spec(f"implicit:{tmp_path / 'prm_alone'}")
+    prm = ImplicitPRM.from_pretrained(str(tmp_path / "prm_alone"))
+    assert prm.reference_path == str(tmp_path / "moved" / "policy")
+    # neither there: one line naming where it looked
+    shutil.move(str(tmp_path / "moved" / "policy"), str(tmp_path / "policy_gone"))
+    with pytest.raises(ValueError, match="its reference .*policy is missing or not a saved model"):
+        check_spec(f"implicit:{tmp_path / 'prm_alone'}")
+
+
+def test_a_file_with_an_absolute_reference_still_loads(models, tmp_path, monkeypatch):
+    prm_dir = _trained_tree(models, tmp_path / "tree", monkeypatch)
+    cfg = json.loads((prm_dir / "implicit_prm.json").read_text())
+    old = {k: v for k, v in cfg.items() if k not in ("reference_local", "reference_absolute")}
+    old["reference"] = str((tmp_path / "tree" / "policy").resolve())  # as files were written before
+    (prm_dir / "implicit_prm.json").write_text(json.dumps(old))
+    prm = ImplicitPRM.from_pretrained(str(prm_dir))
+    assert prm.reference_path == old["reference"]

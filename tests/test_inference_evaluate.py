@@ -399,3 +399,44 @@ def test_a_method_option_named_like_a_harness_flag_is_method_prefixed(monkeypatc
     with pytest.raises(SystemExit):
         ev.parse_args([*base, "--help"])
     assert "--method_batch_size" in capsys.readouterr().out
+
+
+class CannedGenerator:
+    """Answers each prompt with the text its question names in `TEXTS` (a prompt per question word)."""
+
+    TEXTS = {"stated": "3 + 9 = 12. The answer is <ans>12</ans>.", "trailing": "She has 3 + 9 = 12",
+             "none": "She has many apples.", "wrong": "The answer is <ans>11</ans>."}
+
+    def generate(self, prompts, params):
+        return [[Completion(next(t for k, t in self.TEXTS.items() if k in p), 4, 3, "stop")] * params.n
+                for p in prompts]
+
+
+def _extracting_run(problems, tracker, config):
+    from reasoning.answers import extract_answer
+
+    outputs = tracker.generate(list(range(len(problems))), [p.question for p in problems], _params(config))
+    return [MethodOutput(prediction=extract_answer(c.text), completion=c.text, usage=tracker.usage[i])
+            for i, (c,) in enumerate(outputs)]
+
+
+def test_summary_and_rows_give_accuracy_under_both_answer_checks(monkeypatch, tmp_path):
+    module = types.ModuleType("inference.methods.fake_extracting")
+    module.Config, module.run = BlindConfig, _extracting_run
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    kinds = ["stated", "trailing", "trailing", "none", "wrong"]
+    problems = [Problem(f"p{i}", f"question {kind}", "12") for i, kind in enumerate(kinds)]
+    summary = ev.evaluate("fake_extracting", problems, CannedGenerator(), out_dir=tmp_path / "r", quiet=True,
+                          bootstrap_samples=200)
+    rows = rows_of(tmp_path / "r")
+    # flexible (the headline): the stated answer and the two trailing numbers; strict: the stated one only
+    assert [r["correct"] for r in rows] == [True, True, True, False, False]
+    assert [r["correct_strict"] for r in rows] == [True, False, False, False, False]
+    assert summary["correct"] == 3 and summary["accuracy"] == 0.6
+    assert summary["correct_strict"] == 1 and summary["accuracy_strict"] == 0.2
+    lo, hi = summary["accuracy_strict_ci95"]
+    assert 0.0 <= lo <= 0.2 <= hi <= 1.0
+    assert summary["accuracy_ci95"] != summary["accuracy_strict_ci95"]
+    # rows written before the strict check existed: it is recovered from the row (right and stated)
+    old = [{k: v for k, v in r.items() if k != "correct_strict"} for r in rows]
+    assert ev.summarize(old, bootstrap_samples=50)["correct_strict"] == 1

@@ -869,3 +869,23 @@ def test_default_policy_is_built_with_the_sft_seed_and_a_policy_of_another_seed_
     with pytest.raises(ValueError, match="pass --sft_seed 1"):
         ppo_setup.check_default_policy_seed(cfg())
     ppo_setup.check_default_policy_seed(cfg(build_missing=False))  # a policy named by the user: not ours to judge
+
+
+def test_answer_match_reaches_the_gold_reward(tmp_path, capsys):
+    from rl.rewards import build_reward_funcs, call_reward_func
+
+    completions = ["The answer is <ans>12</ans>.", "So it is 3 + 9 = 12", "No idea."]
+    columns = {"answer": ["12"] * 3}
+    paid = {}
+    for match in ("strict", "flexible"):
+        config = StepPPOConfig(output_dir=str(tmp_path), reward="gold", answer_match=match, report_to="none")
+        (gold,) = [f for f in build_reward_funcs(config, None) if f.kind == "gold"]
+        assert gold.name == "gold"
+        paid[match] = call_reward_func(gold, ["p"] * 3, completions, [[1]] * 3, columns)
+    assert paid == {"strict": [1.0, 0.0, 0.0], "flexible": [1.0, 1.0, 0.0]}
+    assert StepPPOConfig(output_dir=str(tmp_path), report_to="none").answer_match == "strict"  # the default
+    with pytest.raises(ValueError, match="--answer_match must be one of strict, flexible; got 'loose'"):
+        StepPPOConfig(output_dir=str(tmp_path), answer_match="loose", report_to="none")
+    capsys.readouterr()
+    assert ppo_step.main(["--answer_match", "loose", "--output_dir", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.strip() == "error: --answer_match must be one of strict, flexible; got 'loose'"

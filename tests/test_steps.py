@@ -6,7 +6,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reasoning.steps import answer_correct, has_answer, join_steps, prefix_text, split_steps
+from reasoning.steps import (
+    ANSWER_MATCHES,
+    answer_correct,
+    check_answer_match,
+    has_answer,
+    join_steps,
+    prefix_text,
+    split_steps,
+)
 from reasoning.types import Problem, ReasoningPath
 from reasoning.world import generate, row_to_problem
 
@@ -188,3 +196,30 @@ def test_answer_rules():
     assert has_answer(r"\boxed{3}") and has_answer("<ans>3</ans>")
     # a problem without a gold answer is never answered right
     assert not answer_correct("The answer is <ans></ans>.", Problem(id="p", question="q", answer=""))
+
+
+def test_answer_match_modes_differ_only_on_an_unstated_answer():
+    problem = Problem(id="p", question="q", answer="12")
+    stated, trailing, none, stated_wrong = ("The answer is <ans>12</ans>.", "So she has 3 + 9 = 12",
+                                            "She has many apples.", "The answer is 11, not 12")
+    assert ANSWER_MATCHES == ("strict", "flexible")
+    # a stated answer: right under both
+    assert answer_correct(stated, problem, "strict") and answer_correct(stated, problem, "flexible")
+    assert answer_correct(r"so \boxed{12}", problem, "strict")
+    # a trailing number only: flexible counts it, strict (the default) does not
+    assert not answer_correct(trailing, problem) and not answer_correct(trailing, problem, "strict")
+    assert answer_correct(trailing, problem, "flexible")
+    # no number, or a stated wrong answer: wrong under both (a stated answer wins over the last number)
+    for text in (none, stated_wrong):
+        assert not answer_correct(text, problem, "strict") and not answer_correct(text, problem, "flexible")
+    # a prediction taken elsewhere (a method's vote) is graded in place of the text's own extraction
+    assert answer_correct(trailing, problem, "flexible", prediction="12")
+    assert not answer_correct(trailing, problem, "strict", prediction="12")
+    assert answer_correct(stated, problem, "strict", prediction="12.0")
+    assert not answer_correct(stated, problem, "flexible", prediction="13")
+    # no gold answer: wrong under both
+    assert not answer_correct(trailing, Problem(id="p", question="q", answer=""), "flexible")
+    with pytest.raises(ValueError, match="--answer_match must be one of strict, flexible; got 'loose'"):
+        check_answer_match("loose")
+    with pytest.raises(ValueError, match="match must be one of"):
+        answer_correct(stated, problem, "loose")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from inference.backends.base import Completion, Generator, SamplingParams
+from reasoning.steps import ANSWER_MATCHES, check_answer_match
 from reasoning.types import Problem
 from reasoning.world import earliest_error
 
@@ -64,6 +65,11 @@ class AnnotateConfig:
         "help": "mc/autopsv/exact/outcome: sampling temperature."})
     rollouts: int = field(default=4, metadata={"help": "mc: completions sampled from each prefix."})
     hard: bool = field(default=False, metadata={"help": "mc: label 1.0 if any rollout is right (else soft)."})
+    answer_match: str = field(default="strict", metadata={
+        "help": "The answer check of every label (a path's answer_correct, an mc rollout's hit): 'strict' counts "
+                "only a stated answer (<ans>, 'answer is', \\boxed); 'flexible' also a trailing number, as "
+                "inference.evaluate's headline accuracy does. The labels an outcome verifier or the implicit PRM "
+                "learns from. A tree leaf that states no answer is wrong under both.", "choices": list(ANSWER_MATCHES)})
     orm_train_fraction: float = field(default=0.5, metadata={
         "help": "autopsv: share of problems training the ORM."})
     drop_threshold: float = field(default=-0.5, metadata={
@@ -95,6 +101,10 @@ class AnnotateConfig:
                 raise AnnotationError(f"--{name} must be >= 0, got {getattr(self, name)}")
         if self.n is not None and self.n < 0:
             raise AnnotationError(f"--n must be >= 0, got {self.n}")
+        try:
+            check_answer_match(self.answer_match)
+        except ValueError as err:
+            raise AnnotationError(str(err)) from None
         if not 0.0 < self.orm_train_fraction < 1.0:
             raise AnnotationError(f"--orm_train_fraction must be in (0, 1), got {self.orm_train_fraction}")
 
@@ -103,6 +113,8 @@ class AnnotateConfig:
         skip = {"out", "n", "batch_size", "gen_batch_size", "overwrite", "disable_tqdm", "orm_dir"}
         if self.chat_template:  # recorded only when off, so files from before the flag still resume
             skip.add("chat_template")
+        if self.answer_match == "strict":  # likewise: recorded only when not the check files were made with
+            skip.add("answer_match")
         skip.update(name for name in ("question_column", "answer_column", "allow_test_split")
                     if not getattr(self, name))
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}

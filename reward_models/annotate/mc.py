@@ -35,7 +35,8 @@ def annotate_group(generator, problems, cfg, group, stats) -> dict[str, list[dic
     for (i, prefix), completions in zip(keys, outputs):
         # the prefix counts too: a rollout from a prefix that already answered may not repeat it
         done_text = prefix_text(list(prefix))
-        hits[(i, prefix)] = [answer_correct(done_text + c.text, problems[i]) for c in completions]
+        hits[(i, prefix)] = [answer_correct(done_text + c.text, problems[i], cfg.answer_match)
+                            for c in completions]
         stats.count("rollout_no_answer", sum(not has_answer(done_text + c.text) for c in completions))
         stats.count("rollout_truncated", sum(c.finish_reason == "length" for c in completions))
     out = {}

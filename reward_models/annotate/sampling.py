@@ -6,9 +6,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from inference.backends.base import Generator, SamplingParams
-from reasoning.grading import grade
 from reasoning.prompts import solve_prompt
-from reasoning.steps import has_answer, split_steps
+from reasoning.steps import answer_correct, has_answer, split_steps
 from reasoning.types import Problem
 from reward_models.annotate.base import AnnotateConfig, GroupAnnotator, RunStats, derive_seed, make_row
 
@@ -40,7 +39,7 @@ def sample_paths(
             if not steps:
                 stats.count("path_no_steps")
                 continue
-            paths.append(SampledPath(steps, answered and grade(c.text, problem).correct, answered, truncated))
+            paths.append(SampledPath(steps, answer_correct(c.text, problem, cfg.answer_match), answered, truncated))
         result.append(paths)
     return result
 

@@ -97,7 +97,7 @@ def grow_trees(generator: Generator, problems: Sequence[Problem], cfg: AnnotateC
                 child = TreeNode(step)
                 node.children.append(child)
                 if has_answer(step):
-                    child.status, child.correct = "answer", answer_correct(step, problems[i])
+                    child.status, child.correct = "answer", answer_correct(step, problems[i], cfg.answer_match)
                 elif truncated:
                     child.status = "truncated"
                 elif depth >= cfg.max_depth:
