@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from reasoning.jsonl import read_jsonl
 from reasoning.stats import paired_bootstrap_diff
 
 
@@ -29,17 +30,13 @@ def read_run(folder: str) -> dict[str, dict[str, Any]]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no results.jsonl (not an inference.evaluate run)")
     rows: dict[str, dict[str, Any]] = {}
-    with path.open() as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                r = json.loads(line)
-                u = r["usage"]
-                tokens = u["prompt_tokens"] + u["completion_tokens"] + u.get("verifier_tokens", 0)
-                rows[str(r["id"])] = {"correct": float(bool(r["correct"])), "tokens": tokens}
-            except (json.JSONDecodeError, KeyError, TypeError) as err:
-                raise ValueError(f"{path}: row {n}: not a results row ({err})") from None
+    for r, n in zip(*read_jsonl(path)):
+        try:
+            u = r["usage"]
+            tokens = u["prompt_tokens"] + u["completion_tokens"] + u.get("verifier_tokens", 0)
+            rows[str(r["id"])] = {"correct": float(bool(r["correct"])), "tokens": tokens}
+        except (KeyError, TypeError) as err:
+            raise ValueError(f"{path}: row {n}: not a results row ({err})") from None
     return rows
 
 
@@ -131,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         rows = axis(args.greedy, args.level)
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError) as err:  # DatasetError is a ValueError
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(table(rows))
