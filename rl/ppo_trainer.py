@@ -274,7 +274,7 @@ class StepPPOTrainer:
         """The policy with whole weights: under ZeRO-3 its shards are gathered (on every rank: the
         gather is collective), so that each rank generates as many tokens as it needs on its own."""
         policy = self._unwrapped_policy()
-        with D.gathered(policy, self.accelerator):
+        with D.gathered(policy, self.accelerator, engine=self.model):
             yield policy
 
     def _prompts_for_update(self, update: int) -> list[Problem]:
