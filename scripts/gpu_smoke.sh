@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The scale-path checks in one prepared run, the same script on a GPU machine and on a CPU one:
-#   PPO for a few updates each: bf16 on one process, DeepSpeed ZeRO-2, ZeRO-3, LoRA (under ZeRO-3),
+#   PPO for a few updates each: bf16 on one process, DeepSpeed ZeRO-2, ZeRO-3, then ZeRO-3 generation
+#   with the engine's fetch hooks on and off (scripts/zero3_generation_check.py), LoRA (under ZeRO-3),
 #   the two-machine ZeRO-3 recipe as local processes, DDP, vLLM rollouts (colocated engine, weight
 #   sync every update); then scripts/gpu_smoke_vllm.py: vLLM against HF generation (greedy, field by
 #   field), rollout tokens/s of vLLM against HF generate, and the LoRA weight sync into a live engine.
@@ -17,7 +18,7 @@
 #   (built here first when absent and that module is installed). No Hub access is needed. CI runs
 #   the script on a tiny world policy (tests/test_gpu_smoke.py).
 # --work: where runs and logs go (default: a new /tmp/gpu_smoke.XXXX).
-# --only: a comma list of cases (bf16 zero2 zero3 lora multinode ddp vllm_rollouts vllm_checks).
+# --only: a comma list of cases (bf16 zero2 zero3 zero3_gen lora multinode ddp vllm_rollouts vllm_checks).
 # --budget: seconds for the whole run (default 570); a case that would start after it is SKIPped,
 #   and each case's time limit is cut to what is left.
 # --steps: PPO updates per case (default 3).
@@ -33,7 +34,7 @@ ONLY=""
 BUDGET=570
 STEPS=3
 DRY=0
-ALL_CASES="bf16 zero2 zero3 lora multinode ddp vllm_rollouts vllm_checks"
+ALL_CASES="bf16 zero2 zero3 zero3_gen lora multinode ddp vllm_rollouts vllm_checks"
 usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -142,6 +143,26 @@ for stage in zero2 zero3; do
     row $stage "$PROCS" SKIP 0 - - "deepspeed not installed: pip install -c constraints.txt 'steprl[deepspeed]'"
   fi
 done
+if wanted zero3_gen; then
+  # a Llama of SmolLM2-135M's width and depth on a GPU, a small one on a CPU; random weights
+  if [ "$DEVICE" = cpu ]; then ZG=(--hidden 64 --layers 2 --new_tokens 24 --batch 4); else ZG=(--hidden 576 --layers 30 --new_tokens 96 --batch 16); fi
+  ZCMD=("$PY" scripts/zero3_generation_check.py "${ZG[@]}")
+  if [ $DRY = 1 ]; then
+    echo "DRY zero3_gen: ${ZCMD[*]}"
+  elif [ $HAS_DS = 0 ]; then
+    row zero3_gen 1 SKIP 0 - - "deepspeed not installed"
+  elif [ "$(left)" -lt 30 ]; then
+    row zero3_gen 1 SKIP 0 - - "budget spent (--budget $BUDGET)"
+  else
+    t0=$SECONDS
+    if timeout "$(left)" "${ZCMD[@]}" > "$WORK/zero3_gen.out" 2> "$WORK/zero3_gen.log"; then
+      row zero3_gen 1 PASS $((SECONDS - t0)) - - "$(sed -n 's/^SUMMARY //p' "$WORK/zero3_gen.out")"
+    else
+      rc=$?
+      row zero3_gen 1 FAIL $((SECONDS - t0)) - - "rc $rc, $WORK/zero3_gen.log: $(grep -m1 FAIL "$WORK/zero3_gen.log" | head -c 110)"
+    fi
+  fi
+fi
 if wanted lora; then
   if [ $HAS_DS = 1 ]; then
     ppo_case lora "$PROCS" - --config_file configs/accelerate/zero3.yaml -- --use_peft true --lora_r 8

@@ -33,10 +33,14 @@ def test_every_case_is_prepared_and_parses():
     from rl.ppo_config import StepPPOConfig
 
     commands = dry_commands()
-    assert list(commands) == ["bf16", "zero2", "zero3", "lora", "multinode", "ddp", "vllm_rollouts", "vllm_checks"]
+    assert list(commands) == ["bf16", "zero2", "zero3", "zero3_gen", "lora", "multinode", "ddp", "vllm_rollouts",
+                              "vllm_checks"]
+    zero3_gen = commands["zero3_gen"]
+    assert zero3_gen[1] == "scripts/zero3_generation_check.py"
+    assert zero3_gen[zero3_gen.index("--hidden") + 1] == "576" and zero3_gen[zero3_gen.index("--layers") + 1] == "30"
     stages = {}
     for name, cmd in commands.items():
-        if name == "vllm_checks":
+        if name in ("vllm_checks", "zero3_gen"):
             continue
         split = cmd.index("rl/ppo_step.py")
         launch, ppo = cmd[:split], cmd[split + 1:]
@@ -100,7 +104,7 @@ def test_the_same_script_runs_every_ppo_case_on_this_cpu(tmp_path):
     env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(ROOT))
     env.pop("ACCELERATE_USE_CPU", None)
     done = subprocess.run(["bash", str(SCRIPT), "--model", str(model), "--work", str(tmp_path / "work"), "--steps", "2",
-                           "--only", "bf16,zero2,zero3,lora,multinode,ddp,vllm_rollouts"],
+                           "--only", "bf16,zero2,zero3,zero3_gen,lora,multinode,ddp,vllm_rollouts"],
                           cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
     lines = done.stdout.splitlines()
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
@@ -110,5 +114,7 @@ def test_the_same_script_runs_every_ppo_case_on_this_cpu(tmp_path):
     for case, procs in (("bf16", "1"), ("zero2", "2"), ("zero3", "2"), ("lora", "2"), ("multinode", "2"), ("ddp", "2")):
         assert rows[case][1:3] == [procs, "PASS"], rows[case]
         assert float(rows[case][4]) > 0 and float(rows[case][5]) > 0  # seconds per update, peak memory
+    assert rows["zero3_gen"][1:3] == ["1", "PASS"], rows["zero3_gen"]
+    assert "tokens equal: True" in next(line for line in lines if line.startswith("zero3_gen"))
     expected = "PASS" if importlib.util.find_spec("vllm") else "SKIP"
     assert rows["vllm_rollouts"][2] == expected

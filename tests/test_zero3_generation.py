@@ -1,0 +1,45 @@
+"""ZeRO-3 generation with the engine's fetch hooks taken off (rl.distributed.gathered with the engine):
+a real DeepSpeed ZeRO-3 engine on this CPU (gloo, one process), through scripts/zero3_generation_check.py."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("deepspeed", reason="needs the [deepspeed] extra")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_hooks_come_off_for_generation_and_back_for_training():
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "zero3_generation_check.py"), "--hidden", "32",
+                           "--layers", "2", "--new_tokens", "12", "--repeats", "1"],
+                          capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["tokens_equal"] is True
+    # two layers of a Llama: the engine hooks every submodule, before and after its forward
+    assert result["hooks_before"] > 20
+    assert result["hooks_inside_on"] == result["hooks_before"]
+    assert result["hooks_inside_off"] < result["hooks_before"] // 10
+    assert result["hooks_after"] == result["hooks_before"]
+    assert result["train_step_after"]["max_weight_change"] > 0
+
+
+def test_a_bad_check_fails():
+    """The script's own checks can fail: a hook count that does not come back is reported, exit 1."""
+    code = (
+        "import sys; sys.argv=['x','--hidden','32','--layers','1','--new_tokens','4','--repeats','1'];"
+        "import runpy, deepspeed.runtime.zero.parameter_offload as po;"
+        "po.DeepSpeedZeRoOffload._register_deepspeed_module = lambda self, module, count=[0]: None;"
+        "runpy.run_path('scripts/zero3_generation_check.py', run_name='__main__')"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600,
+                          cwd=ROOT)
+    assert proc.returncode != 0
+    assert "hooks:" in proc.stderr
