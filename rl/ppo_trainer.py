@@ -403,7 +403,7 @@ class StepPPOTrainer:
         and the batch's tally."""
         n, width = batch.response_ids.shape
         rewards, reward_mask = torch.zeros((n, width)), torch.zeros((n, width))
-        tally = RewardTally.start(self.reward_funcs)
+        tally = RewardTally.start(self.reward_funcs, self.args.answer_match)
         for i in range(n):
             n_tokens = max(responses.lengths[i], 1)
             tally.count_response(batch.texts[i], batch.problems[i], responses, i, self.tokenizer.eos_token_id)

@@ -43,13 +43,16 @@ class RewardTally:
     counts: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
         ("truncated", "no_answer", "no_steps", "correct", "steps", "step_score_sum", "scored_steps"), 0))
     unlocated: int = 0
+    answer_match: str = "strict"
+    """The answer check that counts a response correct (the run's --answer_match)."""
     unscorable: int = 0
     """Responses a verifier reward could not score (refused by the verifier: too long for its context)."""
     totals: list[float] = field(default_factory=list)
 
     @classmethod
-    def start(cls, funcs: list[WeightedReward]) -> RewardTally:
-        tally = cls({kind: 0.0 for kind in ("verifier", "gold", "penalty", "user")}, [0.0] * len(funcs))
+    def start(cls, funcs: list[WeightedReward], answer_match: str = "strict") -> RewardTally:
+        tally = cls({kind: 0.0 for kind in ("verifier", "gold", "penalty", "user")}, [0.0] * len(funcs),
+                    answer_match=answer_match)
         for r in funcs:  # the verifier's step scores behind its rewards, for the mean step score
             tally.unscorable += getattr(r.func, "last_unscorable", 0) if r.kind == "verifier" else 0
             for s in getattr(r.func, "last_scores", None) or []:
@@ -60,7 +63,7 @@ class RewardTally:
 
     def count_response(self, text: str, problem: Problem, responses: Responses, i: int, eos: int) -> None:
         self.counts["steps"] += len(responses.paths[i].steps)
-        self.counts["correct"] += int(answer_correct(text, problem))
+        self.counts["correct"] += int(answer_correct(text, problem, self.answer_match))
         self.counts["truncated"] += int(not responses.ids[i] or responses.ids[i][-1] != eos)
         self.counts["no_answer"] += int(not has_answer(text))
 

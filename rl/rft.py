@@ -40,7 +40,7 @@ from rl.run_dir import RunDir  # noqa: E402
 USES = frozenset({
     "model_name_or_path", "output_dir", "n_prompts", "max_steps", "prompts_per_update", "num_generations",
     "temperature", "max_completion_length", "verifier", "learning_rate", "n_eval", "world_seed", "seed", "num_threads",
-    "bootstrap_resamples",
+    "bootstrap_resamples", "answer_match",
 })
 # Shared settings whose RFT default is its own: one supervised epoch on the kept samples takes a
 # larger step than a PPO update.
@@ -52,7 +52,8 @@ class RFTArgs:
     """RFT's own settings."""
 
     accept: str = field(default="answer", metadata={
-        "help": "answer: keep samples whose stated answer is right; verifier: keep samples whose every "
+        "help": "answer: keep samples whose answer is right under --answer_match (strict: a stated answer "
+                "only; flexible: also a last number); verifier: keep samples whose every "
                 "step --verifier scores at or above --threshold (no gold answer used).",
         "choices": ["answer", "verifier"]})
     threshold: float = field(default=0.5, metadata={"help": "--accept verifier: the lowest step score kept."})
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         verifier = load_verifier(args.verifier, args.model_name_or_path)
     for problem, group in zip(train, samples):
         for c in group:
-            correct = answer_correct(c.text, problem)
+            correct = answer_correct(c.text, problem, args.answer_match)
             right += correct
             if own.accept == "answer" and correct:
                 kept.append({"prompt": solve_prompt(problem.question), "completion": c.text})

@@ -44,6 +44,10 @@ def test_rft_samples_a_ppo_runs_prompts(tmp_path):
     assert rft.n_prompts(args) == 15 and own.accept == "answer" and own.epochs == 1.0
     default, _ = rft.parse(["--model_name_or_path", str(tmp_path / "policy"), "--output_dir", str(tmp_path / "out")])
     assert rft.n_prompts(default) == 120 * 16  # a PPO run's 120 updates x 16 prompts
+    assert default.answer_match == "strict"  # RFT keeps what PPO's gold reward pays: the same check
+    flexible, _ = rft.parse(["--model_name_or_path", str(tmp_path / "policy"), "--output_dir", str(tmp_path / "out"),
+                             "--answer_match", "flexible"])
+    assert flexible.answer_match == "flexible"
 
 
 @pytest.mark.parametrize(("name", "flags", "message"), [

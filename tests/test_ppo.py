@@ -181,6 +181,24 @@ def test_outcome_gold_and_penalties_go_to_the_last_token(models, tmp_path):
     assert stats["rollout/accuracy"] == 0.5
 
 
+def test_the_logged_rollout_accuracy_counts_by_the_runs_answer_check(models, tmp_path):
+    """rollout/accuracy is the same check as the gold reward: under --answer_match flexible a bare
+    last number counts, under strict it does not (the tokenizer may not spell every word; the
+    texts only need a right last number and no stated answer)."""
+    accuracy = {}
+    for match in ("strict", "flexible"):
+        trainer, tok, train = make_trainer(models, tmp_path / match, None, reward="gold", answer_match=match,
+                                           no_answer_penalty=0.5)
+        problem = train[0]
+        bare = join_steps([f"{problem.answer}"])
+        stated = join_steps([f"The answer is <ans>{problem.answer}</ans>."])
+        batch, _ = rollouts_from_texts(trainer, tok, [problem, problem], [stated, bare])
+        rewards, stats = trainer.rewards(batch)
+        accuracy[match] = (stats["rollout/accuracy"], [round(r.sum().item(), 6) for r in rewards])
+    # the bare number: 0 or 1 from the answer check, less the format penalty for stating no answer
+    assert accuracy == {"strict": (0.5, [1.0, -0.5]), "flexible": (1.0, [1.0, 0.5])}
+
+
 def test_a_users_reward_functions_join_the_built_in_ones_where_they_land(models, tmp_path):
     # a TRL-shaped per-sequence function (its weight times its value at the last token) beside the
     # gold reward, and a per-step one paying at the step ends it names (None: nothing, not credited)
