@@ -178,8 +178,10 @@ class StepPPOConfig(TrainingArguments):
         default="raw",
         metadata={"help": f"Step score shaping: {', '.join(SHAPING_MODES)}. 'raw' (each step paid its own score) "
                           "suits verifiers that judge each step on its own, as the default step-likelihood one "
-                          "does; 'centered' pays p_k - 0.5; 'delta' (each step paid for how much it moved the score, "
-                          "p_k - p_(k-1) with p_0 = 0.5, so a path's total is p_last - 0.5 whatever its number of "
+                          "does; 'centered' pays p_k - 0.5 (under --advantage_estimator group the same "
+                          "advantages as 'raw': the group mean takes the constant off); 'delta' (each step paid "
+                          "for how much it moved the score, p_k - p_(k-1) with p_0 = 0.5, so a path's total is "
+                          "p_last - 0.5 whatever its number of "
                           "steps) suits a PSV, whose score is a value; 'min' credits only the lowest-scored step."},
     )
     outcome_aggregation: str = field(

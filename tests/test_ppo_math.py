@@ -333,6 +333,39 @@ def test_group_step_advantages_with_own_step_credit_match_hand_computed_values()
         ppo_math.group_step_advantages(rewards, marks, mask, group_size=2, credit="future")
 
 
+def test_centered_and_raw_step_rewards_give_the_same_group_advantages():
+    """Under the group estimator, 'centered' (p - 0.5) and 'raw' (p) step rewards are one credit form:
+    every marked reward of a group moves by the same constant, which the group mean takes off
+    (under scale "group" and "none"; "batch" divides by a spread a shift leaves alone too)."""
+    from rl.step_rewards import shape_step_rewards
+
+    gen = torch.Generator().manual_seed(0)
+    scores = torch.rand(6, 5, generator=gen)  # three groups of two samples, 5 tokens, every 2nd a step end
+    marks = torch.tensor([[0, 1, 0, 1, 1]] * 6)
+    marks[1, 4] = 0  # samples with different numbers of steps
+    marks[4, 3] = 0
+    mask = torch.ones(6, 5)
+
+    def shaped(mode: str) -> torch.Tensor:
+        out = torch.zeros(6, 5)
+        for i in range(6):
+            ends = marks[i].nonzero().flatten().tolist()
+            for k, value in zip(ends, shape_step_rewards(scores[i, ends].tolist(), mode)):
+                out[i, k] = value
+        return out
+
+    for credit in ("return", "own"):
+        for scale in ("group", "none", "batch"):
+            raw, _ = ppo_math.group_step_advantages(shaped("raw"), marks, mask, 2, credit=credit, scale=scale)
+            centered, _ = ppo_math.group_step_advantages(shaped("centered"), marks, mask, 2, credit=credit,
+                                                         scale=scale)
+            assert torch.allclose(raw, centered, atol=1e-5), (credit, scale)
+            assert raw.abs().sum() > 0
+    # 'delta' is another form: its rewards differ by more than a constant
+    delta, _ = ppo_math.group_step_advantages(shaped("delta"), marks, mask, 2)
+    assert not torch.allclose(delta, ppo_math.group_step_advantages(shaped("raw"), marks, mask, 2)[0], atol=1e-3)
+
+
 def test_group_outcome_rewards_are_grpo_and_flat_groups_carry_nothing():
     # an outcome reward on the last token of each sample is GRPO: (r - mean) / std of the group,
     # on every token of the response; the second group's samples all scored 1: no signal
