@@ -320,8 +320,11 @@ def _register_family(name: str) -> None:
         from reward_models.prm_families import get_family
 
         verifier = get_family(name).verifier(rest or "", batch_size=ctx.batch_size)
-        if ctx.device is not None:  # e.g. the PPO process's GPU: a 7B PRM must not score on the CPU
-            verifier.model.to(ctx.device)
+        # e.g. the PPO process's GPU: a 7B PRM must not score on the CPU. A family served by an engine
+        # of its own (qwen-prm-vllm) holds no torch model and places itself.
+        model = getattr(verifier, "model", None)
+        if ctx.device is not None and model is not None:
+            model.to(ctx.device)
         return verifier
 
 

@@ -23,7 +23,8 @@ RUN = """
 import json, sys
 from reward_models.load import load_verifier
 questions, paths = json.loads(sys.argv[2])
-verifier = load_verifier("qwen-prm-vllm:" + sys.argv[1], None)
+# device= as the PPO trainer passes it (its own device): the engine places itself
+verifier = load_verifier("qwen-prm-vllm:" + sys.argv[1], None, device="cpu")
 scores = verifier.score(questions, paths)
 print("\\x00SCORES" + json.dumps({"scores": scores, "tokens": verifier.tokens_used}))
 verifier.close()
