@@ -313,9 +313,15 @@ def _register_family(name: str) -> None:
     """A published PRM family of `reward_models.prm_families` (one module each) as a kind."""
 
     def check(rest: str | None, policy: str | None) -> None:
-        check_model_path(f"verifier {name}:", rest or "")
+        from reward_models.prm_families import get_family
 
-    @register_verifier_kind(name, usage=f"{name}:PATH", check=check)
+        spec_path = get_family(name).spec_path
+        check_model_path(f"verifier {name}:", spec_path(rest or "") if spec_path else rest or "")
+
+    # the families are not imported here (torch); a served one (`*-http`) names its server too
+    usage = f"{name}:PATH@URL" if name.endswith("-http") else f"{name}:PATH"
+
+    @register_verifier_kind(name, usage=usage, check=check)
     def load(rest: str | None, ctx: LoadContext) -> Verifier:
         from reward_models.prm_families import get_family
 

@@ -77,6 +77,9 @@ class PRMFamily:
     """(model, tokenizer, input_ids, attention_mask, rows, cols) -> a score in [0, 1] per position."""
     build: Callable[[str, int], object] | None = None
     """For a family served by a ready verifier class (the older adapters): (PATH, batch_size) -> Verifier."""
+    spec_path: Callable[[str], str] | None = None
+    """For a spec that is more than a folder (`PATH@URL`): the folder in it, to check before loading
+    (ValueError in one line for a malformed spec). None: the spec is the folder."""
 
     def verifier(self, path: str, batch_size: int = 16):
         """The `Verifier` reading the checkpoint at `path` as this family does."""
