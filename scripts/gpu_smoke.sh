@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The scale-path checks in one prepared run, the same script on a GPU machine and on a CPU one:
 #   PPO for a few updates each: bf16 on one process, DeepSpeed ZeRO-2, ZeRO-3, then ZeRO-3 generation
-#   with the engine's fetch hooks on and off (scripts/zero3_generation_check.py), LoRA (under ZeRO-3),
+#   with the engine's fetch hooks on and off (scripts/gpu_smoke_zero3.py), LoRA (under ZeRO-3),
 #   the two-machine ZeRO-3 recipe as local processes, DDP, vLLM rollouts (colocated engine, weight
 #   sync every update); then scripts/gpu_smoke_vllm.py: vLLM against HF generation (greedy, field by
 #   field), rollout tokens/s of vLLM against HF generate, and the LoRA weight sync into a live engine.
@@ -146,7 +146,7 @@ done
 if wanted zero3_gen; then
   # a Llama of SmolLM2-135M's width and depth on a GPU, a small one on a CPU; random weights
   if [ "$DEVICE" = cpu ]; then ZG=(--hidden 64 --layers 2 --new_tokens 24 --batch 4); else ZG=(--hidden 576 --layers 30 --new_tokens 96 --batch 16); fi
-  ZCMD=("$PY" scripts/zero3_generation_check.py "${ZG[@]}")
+  ZCMD=("$PY" scripts/gpu_smoke_zero3.py "${ZG[@]}")
   if [ $DRY = 1 ]; then
     echo "DRY zero3_gen: ${ZCMD[*]}"
   elif [ $HAS_DS = 0 ]; then

@@ -36,7 +36,7 @@ def test_every_case_is_prepared_and_parses():
     assert list(commands) == ["bf16", "zero2", "zero3", "zero3_gen", "lora", "multinode", "ddp", "vllm_rollouts",
                               "vllm_checks"]
     zero3_gen = commands["zero3_gen"]
-    assert zero3_gen[1] == "scripts/zero3_generation_check.py"
+    assert zero3_gen[1] == "scripts/gpu_smoke_zero3.py"
     assert zero3_gen[zero3_gen.index("--hidden") + 1] == "576" and zero3_gen[zero3_gen.index("--layers") + 1] == "30"
     stages = {}
     for name, cmd in commands.items():

@@ -1,5 +1,5 @@
 """ZeRO-3 generation with the engine's fetch hooks taken off (rl.distributed.gathered with the engine):
-a real DeepSpeed ZeRO-3 engine on this CPU (gloo, one process), through scripts/zero3_generation_check.py."""
+a real DeepSpeed ZeRO-3 engine on this CPU (gloo, one process), through scripts/gpu_smoke_zero3.py."""
 
 import json
 import os
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_hooks_come_off_for_generation_and_back_for_training():
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "zero3_generation_check.py"), "--hidden", "32",
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_smoke_zero3.py"), "--hidden", "32",
                            "--layers", "2", "--new_tokens", "12", "--repeats", "1"],
                           capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -36,7 +36,7 @@ def test_a_bad_check_fails():
         "import sys; sys.argv=['x','--hidden','32','--layers','1','--new_tokens','4','--repeats','1'];"
         "import runpy, deepspeed.runtime.zero.parameter_offload as po;"
         "po.DeepSpeedZeRoOffload._register_deepspeed_module = lambda self, module, count=[0]: None;"
-        "runpy.run_path('scripts/zero3_generation_check.py', run_name='__main__')"
+        "runpy.run_path('scripts/gpu_smoke_zero3.py', run_name='__main__')"
     )
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600,

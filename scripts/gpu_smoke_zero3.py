@@ -1,6 +1,6 @@
 """Generation from a ZeRO-3 engine with its fetch hooks on and off, side by side in one run.
 
-    python scripts/zero3_generation_check.py [--hidden 64] [--layers 4] [--new_tokens 48] [--repeats 3]
+    python scripts/gpu_smoke_zero3.py [--hidden 64] [--layers 4] [--new_tokens 48] [--repeats 3]
 
 DeepSpeed ZeRO-3 registers a hook before and after every submodule's forward that fetches its
 shards and releases them. The trainer generates inside `rl.distributed.gathered`, where the weights
@@ -16,7 +16,7 @@ generation:
 - seconds per generation with the hooks on and off, and their ratio.
 
 It prints a line `SUMMARY ...` and then the figures as one JSON line (`scripts/gpu_smoke.sh` shows the
-summary in its table). It exits 1 when a check fails. tests/test_zero3_generation.py runs it on a tiny model.
+summary in its table). It exits 1 when a check fails. tests/test_gpu_smoke_zero3.py runs it on a tiny model.
 """
 
 from __future__ import annotations
