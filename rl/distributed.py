@@ -148,7 +148,7 @@ def partitioned_loading() -> bool:
 
 
 def _zero3_offload(engine):
-    """The object of a ZeRO-3 engine that holds its per-module parameter-fetch hooks."""
+    """The object of a ZeRO-3 engine that holds its per-module parameter-fetch hooks (None for none)."""
     optimizer = getattr(engine, "optimizer", None)
     return getattr(optimizer, "parameter_offload", optimizer)
 
@@ -166,8 +166,8 @@ def gathered(module, accelerator, engine=None):
         return
     import deepspeed
 
-    offload = _zero3_offload(engine) if engine is not None else None
-    if offload is not None and not hasattr(offload, "forward_hooks"):
+    offload = _zero3_offload(engine)  # None without an engine, or for one that holds no hooks
+    if not hasattr(offload, "forward_hooks"):
         offload = None
     with deepspeed.zero.GatheredParameters(list(module.parameters())):
         if offload is None:
