@@ -231,6 +231,17 @@ def fingerprint(module, accelerator) -> list[float]:
     return total.tolist()
 
 
+def main_process_decides(flag: bool, accelerator) -> bool:
+    """Rank 0's `flag` on every rank (a collective when there are several): for decisions every rank
+    must take alike, such as stopping a loop on a clock that differs between processes."""
+    if accelerator.num_processes == 1:
+        return bool(flag)
+    from accelerate.utils import broadcast
+
+    t = torch.tensor([1 if flag else 0], device=accelerator.device)
+    return bool(broadcast(t, from_process=0).item())
+
+
 def peak_memory_gib(device) -> float:
     """This process's peak memory so far, GiB: the GPU's allocated peak on CUDA, else the process's
     peak resident set (what a CPU run holds)."""

@@ -140,6 +140,9 @@ class StepPPOConfig(TrainingArguments):
     # --- rollouts -----------------------------------------------------------------------------
     max_steps: int = field(default=120, metadata={"help": "PPO updates (rollout batch, then optimisation; was "
                                                           "--num_updates)."})
+    max_train_seconds: float | None = field(default=None, metadata={"help": "This launch's time limit on updates: "
+        "none starts that the last shows would end past it; then save, evaluate and write eval.json (stopped_early) "
+        "as at --max_steps; --resume_from_checkpoint auto continues. Evaluation not counted. None: no limit."})
     prompts_per_update: int = field(default=16, metadata={"help": "Prompts per update per process."})
     num_generations: int = field(default=8, metadata={"help": "Responses sampled per prompt, a group (was "
                                                                "--samples_per_prompt)."})
@@ -376,8 +379,9 @@ class StepPPOConfig(TrainingArguments):
         for name in ("n_probe", "probe_every"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}")
-        if self.temperature <= 0:
-            raise ValueError(f"--temperature must be > 0 for PPO rollouts, got {self.temperature}")
+        for name in ("temperature", "max_train_seconds"):  # max_train_seconds None: no limit
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
+                raise ValueError(f"--{name} must be > 0, got {getattr(self, name)}")
         if not 0 <= self.gamma <= 1 or not 0 <= self.lam <= 1:
             raise ValueError("--gamma and --lam must be in [0, 1]")
         if ESTIMATORS[self.advantage_estimator].groups and self.num_generations < 2:

@@ -216,6 +216,7 @@ class StepPPOTrainer:
         self.segment_start, self.seconds_before = time.time(), 0.0
         """When this process's segment of the run began; the seconds of the segments before it."""
         self.skipped_batches = 0
+        self.stopped_early = False  # --max_train_seconds stopped this launch before --max_steps
         self.out = Path(config.output_dir)
         self.run = RunDir(self.out)
         self.vllm_engine = None
@@ -907,10 +908,15 @@ class StepPPOTrainer:
         save_every = int(args.save_steps) if args.save_steps else 0
         log_every = every_n_updates(args.logging_steps, args.max_steps)
         while self.update < args.max_steps:
+            started = time.time()
             metrics = self.step(self.update)
             self.update += 1
             metrics["update"] = self.update
-            last = self.update == args.max_steps
+            if args.max_train_seconds is not None and self.update < args.max_steps:
+                # the next update is taken to last as long as this one; rank 0's clock decides for all
+                ends = (time.time() - self.segment_start) + (time.time() - started)
+                self.stopped_early = D.main_process_decides(ends > args.max_train_seconds, self.accelerator)
+            last = self.update == args.max_steps or self.stopped_early
             probed = probing and (self.update % args.probe_every == 0 or last)
             if probed:
                 metrics.update(self.probe())
@@ -923,6 +929,12 @@ class StepPPOTrainer:
                             acc=f"{metrics.get('rollout/accuracy', 0):.2f}", kl=f"{metrics.get('objective/kl', 0):.3f}")
             if save_every and self.update % save_every == 0 and not last:
                 self.save_checkpoint()
+            if self.stopped_early:
+                if self.accelerator.is_main_process:
+                    print(f"[ppo_step] stopping after update {self.update} of {args.max_steps}: the next would end "
+                          f"past --max_train_seconds {args.max_train_seconds:g} (--resume_from_checkpoint auto "
+                          "continues the run)", file=sys.stderr, flush=True)
+                break
         bar.close()
 
     def _finish(self, before: dict[str, Any] | None) -> dict[str, Any]:
@@ -959,6 +971,7 @@ class StepPPOTrainer:
                   "processes": self.accelerator.num_processes,
                   "responses_per_update": args.prompts_per_update * args.num_generations
                   * self.accelerator.num_processes, "train_seconds": self.train_seconds(),
+                  "stopped_early": "max_train_seconds" if self.stopped_early else None,
                   "prompt_too_long": self.prompt_too_long}
         if before is not None and after is not None:
             write_jsonl(self.run.after_rows, after["rows"])

@@ -183,9 +183,9 @@ class RunDir:
 MAY_DIFFER_ON_RESUME = frozenset({
     "max_steps", "save_steps", "save_total_limit", "logging_steps", "disable_tqdm", "report_to", "num_threads",
     "resume_from_checkpoint", "overwrite_output_dir", "build_missing", "greedy_eval_batch_size",
-    "bootstrap_resamples", "output_dir",
+    "bootstrap_resamples", "output_dir", "max_train_seconds",
 })
-"""Settings a resumed run may change: none of them changes the updates already made or still to make."""
+"""Settings a resumed run may change: none of them changes the updates already made, or what an update does."""
 
 TRAINING_ARGUMENT_FIELDS = ("adam_beta1", "adam_beta2", "adam_epsilon", "warmup_steps", "warmup_ratio",
                             "gradient_checkpointing", "report_to", "disable_tqdm", "resume_from_checkpoint")

@@ -476,18 +476,45 @@ def test_a_resumed_run_names_its_checkpoint_and_counts_every_segments_seconds(mo
     assert elapsed == sorted(elapsed)  # cumulative across the segments
 
 
+def test_a_time_limit_stops_after_the_update_that_reaches_it_and_the_run_resumes_past_it(models, tmp_path, capsys):
+    out = tmp_path / "timed"
+    args = tiny_args(models, out, "--n_eval", "2", "--n_probe", "2", "--num_updates", "4", "--save_steps", "0")
+    # any update lasts longer than a millisecond: the limit lets the first run, and no second
+    assert ppo_step.main([*args, "--max_train_seconds", "0.001"]) == 0
+    assert "stopping after update 1 of 4" in capsys.readouterr().err
+    result = json.loads((out / "eval.json").read_text())
+    assert result["updates"] == 1 and result["stopped_early"] == "max_train_seconds"
+    assert "greedy_accuracy_after" in result  # evaluated after, as at --max_steps
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in rows] == [0, 1] and "probe/greedy_accuracy" in rows[-1]  # logged, probed
+    assert (out / "checkpoint-1").is_dir()
+    # resumed without the limit: the remaining updates, and eval.json no longer says it stopped
+    assert ppo_step.main([*args, "--resume_from_checkpoint", "auto"]) == 0
+    result = json.loads((out / "eval.json").read_text())
+    assert result["updates"] == 4 and result["stopped_early"] is None
+    assert [json.loads(x)["update"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("seconds", ["0", "-5"])
+def test_a_time_limit_that_allows_nothing_is_refused(seconds):
+    with pytest.raises(ValueError, match="--max_train_seconds must be > 0"):
+        StepPPOConfig(max_train_seconds=float(seconds))
+
+
 def test_two_cpu_processes_keep_identical_policies(models, tmp_path):
     out = tmp_path / "ddp"
     env = dict(_env(), ACCELERATE_USE_CPU="1")
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
            str(ROOT / "configs" / "accelerate" / "cpu_2proc.yaml"), str(ROOT / "rl" / "ppo_step.py"),
-           *tiny_args(models, out, "--n_eval", "2", "--lr_scheduler_type", "linear")]
+           *tiny_args(models, out, "--n_eval", "2", "--lr_scheduler_type", "linear",
+                      # a limit never reached: rank 0's clock is sent to both ranks after each update
+                      "--max_train_seconds", "1e6")]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     # on failure, show each rank's own lines too: the tail alone is the launcher's report of rank 0's SIGTERM
     rank_lines = "\n".join(line for line in done.stderr.splitlines() if "[rank1]" in line or "Error" in line)
     assert done.returncode == 0, rank_lines[-3000:] + "\n---\n" + done.stderr[-2000:]
     result = json.loads((out / "eval.json").read_text())
-    assert result["processes"] == 2
+    assert result["processes"] == 2 and result["updates"] == 2 and result["stopped_early"] is None
     assert result["responses_per_update"] == 2 * 4 * 2
     # a linear schedule over the whole run: after update 1 of 2 half the learning rate is left
     lrs = {m["update"]: m["lr"] for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "lr" in m}
