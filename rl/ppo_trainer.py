@@ -215,6 +215,7 @@ class StepPPOTrainer:
         self.update = 0
         self.segment_start, self.seconds_before = time.time(), 0.0
         """When this process's segment of the run began; the seconds of the segments before it."""
+        self.segment_end: float | None = None  # when its updates ended: the clock stops there
         self.skipped_batches = 0
         self.stopped_early = False  # --max_train_seconds stopped this launch before --max_steps
         self.out = Path(config.output_dir)
@@ -830,12 +831,12 @@ class StepPPOTrainer:
 
     def train_seconds(self) -> float:
         """Seconds the run has trained, every resumed segment included."""
-        return self.seconds_before + (time.time() - self.segment_start)
+        return self.seconds_before + ((self.segment_end or time.time()) - self.segment_start)
 
     def train(self, resume_from_checkpoint: str | None = None) -> dict[str, Any]:
         """The run: its folder prepared (or resumed), greedy accuracy before, then updates with
         probes, logs and checkpoints, then the trained models saved and greedy accuracy after."""
-        self.segment_start, self.seconds_before = time.time(), 0.0
+        self.segment_start, self.seconds_before, self.segment_end = time.time(), 0.0, None
         resumed = self._begin(resume_from_checkpoint)
         before = self._evaluation_before(resumed)
         probing = self._first_probe(resumed)
@@ -844,6 +845,7 @@ class StepPPOTrainer:
         # does for the GRPO peer: the greedy evaluation before training and the first probe are not in it
         self.segment_start = time.time()
         self._updates(probing)
+        self.segment_end = time.time()  # the final save and the greedy evaluation after are not training
         self.save_checkpoint()
         result = self._finish(before)
         if self.vllm_engine is not None:  # vLLM's teardown destroys the process group: before accelerate's
@@ -914,7 +916,8 @@ class StepPPOTrainer:
             metrics["update"] = self.update
             if args.max_train_seconds is not None and self.update < args.max_steps:
                 # the next update is taken to last as long as this one; rank 0's clock decides for all
-                ends = (time.time() - self.segment_start) + (time.time() - started)
+                now = time.time()
+                ends = (now - self.segment_start) + (now - started)
                 self.stopped_early = D.main_process_decides(ends > args.max_train_seconds, self.accelerator)
             last = self.update == args.max_steps or self.stopped_early
             probed = probing and (self.update % args.probe_every == 0 or last)

@@ -495,6 +495,25 @@ def test_a_time_limit_stops_after_the_update_that_reaches_it_and_the_run_resumes
     assert [json.loads(x)["update"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2, 3, 4]
 
 
+def test_the_evaluation_after_training_is_not_counted_as_training(models, tmp_path, monkeypatch):
+    from rl.ppo_trainer import StepPPOTrainer
+
+    evaluate = StepPPOTrainer.greedy_eval
+
+    def slow_evaluation(self):  # a second longer than the real one, before and after training
+        time.sleep(1.0)
+        return evaluate(self)
+
+    monkeypatch.setattr(StepPPOTrainer, "greedy_eval", slow_evaluation)
+    out = tmp_path / "clock"
+    assert ppo_step.main(tiny_args(models, out, "--n_eval", "2", "--n_probe", "0", "--save_steps", "0")) == 0
+    result = json.loads((out / "eval.json").read_text())
+    last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["update"] == 2
+    # the clock stops with the last update: not the checkpoint, the save or the second in the evaluation after
+    assert last["elapsed"] <= result["train_seconds"] < last["elapsed"] + 0.5
+
+
 @pytest.mark.parametrize("seconds", ["0", "-5"])
 def test_a_time_limit_that_allows_nothing_is_refused(seconds):
     with pytest.raises(ValueError, match="--max_train_seconds must be > 0"):
