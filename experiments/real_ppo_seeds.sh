@@ -7,8 +7,8 @@
 #
 # SECONDS: each run's training time limit (default 300); SEEDS: a comma list (default 0,1,2); LR:
 # the policy's learning rate (default 5e-6); EXTRA (environment): more rl/ppo_step.py flags, which
-# override these (a quick check: EXTRA="--num_generations 2 --max_completion_length 16"). Prints one
-# line per seed from its eval.json.
+# override these (a quick check: EXTRA="--num_generations 2 --max_completion_length 16"). Runs go to
+# OUT_DIR/ppo_sSEED; scripts/rl_comparison.py then writes OUT_DIR/comparison.{md,json,png} and prints it.
 set -u
 MODEL=$1 TRAIN=$2 EVAL=$3 OUT_DIR=$4 SECONDS_LIMIT=${5:-300} SEEDS=${6:-0,1,2} LR=${7:-5e-6}
 PY=${PYTHON:-python}
@@ -25,25 +25,12 @@ for s in ${SEEDS//,/ }; do
     --build_missing false --max_steps 1000 --max_train_seconds "$SECONDS_LIMIT" \
     --prompts_per_update 8 --num_generations 8 --max_completion_length 256 --learning_rate "$LR" \
     --save_steps 0 --seed "$s" --bf16 $bf16 --report_to none --disable_tqdm true \
-    --output_dir "$OUT_DIR/seed$s" ${EXTRA:-} > "$OUT_DIR/seed$s.log" 2>&1 &
+    --output_dir "$OUT_DIR/ppo_s$s" ${EXTRA:-} > "$OUT_DIR/ppo_s$s.log" 2>&1 &
 done
 wait
-for s in ${SEEDS//,/ }; do
-  if [ -f "$OUT_DIR/seed$s/eval.json" ]; then
-    "$PY" - "$OUT_DIR/seed$s" "$s" <<'EOF'
-import json, sys
-run, seed = sys.argv[1], sys.argv[2]
-e = json.load(open(f"{run}/eval.json"))
-m = [json.loads(x) for x in open(f"{run}/metrics.jsonl") if '"time/update"' in x]
-per = sum(r["time/update"] for r in m[1:]) / max(1, len(m) - 1)
-acc = [r.get("rollout/accuracy", 0.0) for r in m]
-print(f"seed {seed}: {e['updates']} updates, greedy {e['greedy_accuracy_before']:.3f} -> "
-      f"{e['greedy_accuracy_after']:.3f} ({e['improvement']:+.3f} [{e['improvement_ci_low']:+.3f}, "
-      f"{e['improvement_ci_high']:+.3f}]) on {e['n']}; {per:.1f} s/update after the first; "
-      f"peak {max(r.get('memory/peak_gib', 0) for r in m):.2f} GiB; sampled accuracy first 5 "
-      f"{sum(acc[:5]) / max(1, len(acc[:5])):.3f}, last 5 {sum(acc[-5:]) / max(1, len(acc[-5:])):.3f}")
-EOF
-  else
-    echo "seed $s: no eval.json; the log's last lines:"; tail -5 "$OUT_DIR/seed$s.log"
-  fi
+runs=(); for s in ${SEEDS//,/ }; do
+  if [ -f "$OUT_DIR/ppo_s$s/eval.json" ]; then runs+=("$OUT_DIR/ppo_s$s")
+  else echo "seed $s: no eval.json; the log's last lines:"; tail -5 "$OUT_DIR/ppo_s$s.log"; fi
 done
+# per seed and pooled over the seeds: greedy before and after with paired intervals, seconds per update
+[ ${#runs[@]} -gt 0 ] && "$PY" scripts/rl_comparison.py "${runs[@]}" --out "$OUT_DIR/comparison"
