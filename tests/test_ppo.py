@@ -455,7 +455,17 @@ def test_resume_after_sigkill_reaches_the_same_total(models, tmp_path):
     assert json.loads((out / "eval.json").read_text())["updates"] == 6
 
 
-def test_a_resumed_run_names_its_checkpoint_and_counts_every_segments_seconds(models, tmp_path, capsys):
+def test_a_resumed_run_names_its_checkpoint_and_counts_every_segments_seconds(models, tmp_path, capsys,
+                                                                             monkeypatch):
+    from rl.ppo_trainer import StepPPOTrainer
+
+    step = StepPPOTrainer.step
+
+    def slow_step(self, update):  # every update lasts over 0.05 s, whatever the machine's speed
+        time.sleep(0.06)
+        return step(self, update)
+
+    monkeypatch.setattr(StepPPOTrainer, "step", slow_step)
     out = tmp_path / "segments"
     args = tiny_args(models, out, "--n_eval", "2", "--n_probe", "0")
     assert ppo_step.main(args) == 0
