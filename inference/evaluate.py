@@ -385,11 +385,12 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[EvalArguments, types.
 
 def load_problems(args: EvalArguments) -> tuple[list[Problem], list[dict]]:
     """The problems of `--dataset` (first `--limit`), and world rows for the `exact` verifier."""
-    from reasoning.problem_sets import WorldDraw, load_problem_set
+    from reasoning.problem_sets import WorldDraw, is_world_name, load_problem_set
     from reasoning.world import world_config_of
 
+    policy = args.policy if args.policy and Path(args.policy).is_dir() else None
     world = WorldDraw(split="test", n=args.n_world, seed=args.world_seed,
-                      config=world_config_of(args.policy if args.policy and Path(args.policy).is_dir() else None))
+                      config=world_config_of(policy) if is_world_name(args.dataset) else None)
     loaded = load_problem_set(args.dataset, role="eval", limit=args.limit, world=world, data_dir=args.data_dir,
                               source=args.source, question_column=args.question_column,
                               answer_column=args.answer_column)

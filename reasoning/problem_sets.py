@@ -361,6 +361,13 @@ def _load_registry(text: str, data_dir: str | os.PathLike[str] | None, source: s
     return ProblemSet(text, problems, TEST_SPLIT)
 
 
+def is_world_name(name: str | os.PathLike[str] | None) -> bool:
+    """Whether a dataset name means the arithmetic world (`world` or `world:SPLIT`), whose problems
+    are drawn in the policy's world: only then is the policy's `world_config.json` read."""
+    text = "" if name is None else os.fspath(name)
+    return text == "world" or text.startswith("world:")
+
+
 def load_problem_set(
     name: str,
     *,
@@ -383,7 +390,7 @@ def load_problem_set(
     if limit is not None and limit < 0:
         raise DatasetError(f"{name}: limit must be >= 0, got {limit}")
     text = os.fspath(name)
-    if text == "world" or text.startswith("world:"):
+    if is_world_name(text):
         return _load_world(text, world, limit)
     if is_benchmark_name(text):
         return _load_registry(text, data_dir, source, limit)

@@ -21,6 +21,7 @@ from reasoning.problem_sets import (
     check_disjoint,
     check_source,
     check_training_split,
+    is_world_name,
     load_problem_set,
 )
 from reasoning.prompts import format_prompts, solve_prompt
@@ -241,7 +242,8 @@ def load_problem_sets(name: str, n: int, args: StepPPOConfig, split: str) -> Pro
     """The first `n` problems of `name` as a train (`split` "train") or evaluation set; world
     training prompts are drawn with a seed SFT never saw."""
     seed = args.world_seed + (PROMPT_SEED_OFFSET if split == "train" else 0)
-    world = WorldDraw(split=split, n=n, seed=seed, config=world_config_of(args.model_name_or_path))
+    world = WorldDraw(split=split, n=n, seed=seed,
+                      config=world_config_of(args.model_name_or_path) if is_world_name(name) else None)
     return load_problem_set(name, role="train" if split == "train" else "eval", limit=n, world=world,
                             question_column=args.question_column, answer_column=args.answer_column)
 

@@ -56,14 +56,16 @@ def main(argv: list[str] | None = None) -> int:
     state = distributed_state()
     import torch
 
+    from reasoning.problem_sets import is_world_name
     from reasoning.threads import available_cores
     from reasoning.world import world_config_of
 
     torch.set_num_threads(args.num_threads or max(1, available_cores() // state.num_processes))
-    world_checked = world_config_of(args.model_name_or_path)
+    uses_world = is_world_name(args.dataset) or is_world_name(args.eval_dataset)
+    world_checked = world_config_of(args.model_name_or_path) if uses_world else None
     ensure_default_models(args, state.is_main_process)  # the no-argument run's models, when absent
     state.wait_for_everyone()
-    if world_config_of(args.model_name_or_path) != world_checked:
+    if uses_world and world_config_of(args.model_name_or_path) != world_checked:
         # the policy was just built: its world (world_config.json) is what the prompts come from,
         # not the default world they were checked in before it existed
         train_set, eval_set = load_run_problems(args)

@@ -472,3 +472,26 @@ def test_greedy_evaluation_classifies_errors_through_the_problems_hooks(tmp_path
     (source / "world_config.json").write_text("{}")
     assert WORLD_HOOKS.carry_files(source, tmp_path / "trained") == ["world_config.json"]
     assert NO_HOOKS.carry_files(source, tmp_path / "other") == [] and not (tmp_path / "other").exists()
+
+
+def test_only_world_datasets_read_the_policy_world(tmp_path, capsys):
+    """A benchmark file evaluated with a model trained outside rl.sft (a real pretrained model) draws
+    no world problems, so no note about its missing world_config.json; the world dataset still says it."""
+    from inference.evaluate import load_problems, parse_args
+    from reasoning.problem_sets import is_world_name
+
+    assert is_world_name("world") and is_world_name("world:dev")
+    assert not is_world_name("worlds.jsonl") and not is_world_name(None) and not is_world_name("none")
+    policy = tmp_path / "policy"
+    policy.mkdir()
+    data = tmp_path / "bench.jsonl"
+    data.write_text(json.dumps({"question": "What is 2 + 3?", "answer": "5"}) + "\n")
+    args, _, _ = parse_args(["--method", "greedy", "--dataset", str(data), "--policy", str(policy),
+                             "--out", str(tmp_path / "out")])
+    problems, _ = load_problems(args)
+    assert [p.answer for p in problems] == ["5"]
+    assert "world_config.json" not in capsys.readouterr().err
+    args, _, _ = parse_args(["--method", "greedy", "--dataset", "world", "--n_world", "3", "--policy", str(policy),
+                             "--out", str(tmp_path / "out2")])
+    assert len(load_problems(args)[0]) == 3
+    assert "world_config.json" in capsys.readouterr().err

@@ -42,10 +42,10 @@ def load_problems(cfg: AnnotateConfig) -> list[Problem]:
     """The problems to annotate: world problems (with the policy's world config if it saved one) or
     any dataset of `reasoning.problem_sets`; its labels train a verifier, so a test split is refused
     unless --allow_test_split."""
-    from reasoning.problem_sets import WorldDraw, check_training_split, load_problem_set
+    from reasoning.problem_sets import WorldDraw, check_training_split, is_world_name, load_problem_set
 
     world = WorldDraw(split=cfg.split, n=100 if cfg.n is None else cfg.n, seed=cfg.seed,
-                      config=world_config_of(cfg.policy))
+                      config=world_config_of(cfg.policy) if is_world_name(cfg.data) else None)
     loaded = load_problem_set(cfg.data, role="train", limit=None if cfg.data == "world" else cfg.n,
                               world=world, question_column=cfg.question_column,
                               answer_column=cfg.answer_column)
