@@ -10,6 +10,12 @@ bootstrap differences StepCo - Best-of-N and StepCo - greedy over the same probl
         [--plot axis.png] [--json axis.json]
 
 A level's F1.json is the stdout of `python -m reward_models.evaluate --verifier V ...` (its `f1`).
+
+Several sampling seeds: STEPCO_RUN and BON_RUN may each be a comma-separated list of runs, one per
+seed, the same number in both (`stepco_s0,stepco_s1,stepco_s2`); seed k's StepCo run is paired with
+seed k's Best-of-N run and with the one greedy run (greedy draws nothing). Accuracy and tokens are
+then the means over the seeds, each seed's accuracy is listed, and the intervals resample (seed,
+problem) pairs.
 """
 
 from __future__ import annotations
@@ -51,28 +57,51 @@ def read_f1(path: str) -> float | None:
     return result["f1"]
 
 
-def _paired(base: dict[str, dict[str, Any]], other: dict[str, dict[str, Any]], what: str) -> dict[str, float]:
-    if set(base) != set(other):
-        raise ValueError(f"{what}: the runs hold different problems ({len(base)} against {len(other)} ids)")
-    ids = sorted(base)
-    return paired_bootstrap_diff([base[i]["correct"] for i in ids], [other[i]["correct"] for i in ids])
+def read_runs(folders: str) -> list[dict[str, dict[str, Any]]]:
+    """One `read_run` per comma-separated folder (one per sampling seed)."""
+    runs = [read_run(f) for f in folders.split(",") if f]
+    if not runs:
+        raise ValueError(f"{folders!r}: no run named")
+    return runs
 
 
-def _summary(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
-    n = len(rows)
-    return {"accuracy": sum(r["correct"] for r in rows.values()) / n,
-            "tokens_per_problem": sum(r["tokens"] for r in rows.values()) / n}
+def _paired(base: list[dict[str, dict[str, Any]]], other: list[dict[str, dict[str, Any]]],
+            what: str, one_base: bool = False) -> dict[str, float]:
+    """other - base over (seed, problem) pairs; `one_base`: base is one run (greedy) paired with every seed."""
+    if one_base:
+        base = base * len(other)
+    if len(base) != len(other):
+        raise ValueError(f"{what}: {len(other)} runs against {len(base)}: one per seed in each")
+    xs: list[float] = []
+    ys: list[float] = []
+    for b, o in zip(base, other):
+        if set(b) != set(o):
+            raise ValueError(f"{what}: the runs hold different problems ({len(b)} against {len(o)} ids)")
+        ids = sorted(b)
+        xs += [b[i]["correct"] for i in ids]
+        ys += [o[i]["correct"] for i in ids]
+    return paired_bootstrap_diff(xs, ys)
+
+
+def _summary(runs: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Accuracy and tokens per problem, means over the runs (seeds); with several, each seed's accuracy."""
+    accs = [sum(r["correct"] for r in rows.values()) / len(rows) for rows in runs]
+    tokens = [sum(r["tokens"] for r in rows.values()) / len(rows) for rows in runs]
+    out: dict[str, Any] = {"accuracy": sum(accs) / len(accs), "tokens_per_problem": sum(tokens) / len(tokens)}
+    if len(runs) > 1:
+        out["accuracy_per_seed"] = accs
+    return out
 
 
 def axis(greedy: str, levels: list[list[str]]) -> list[dict[str, Any]]:
     """One row per level: F1, both methods' accuracy and tokens, the paired differences."""
-    g = read_run(greedy)
+    g = [read_run(greedy)]
     out = []
-    for name, f1_path, stepco_dir, bon_dir in levels:
-        s, b = read_run(stepco_dir), read_run(bon_dir)
+    for name, f1_path, stepco_dirs, bon_dirs in levels:
+        s, b = read_runs(stepco_dirs), read_runs(bon_dirs)
         out.append({"verifier": name, "f1": read_f1(f1_path), "greedy": _summary(g), "stepco": _summary(s),
                     "best_of_n": _summary(b), "stepco_minus_bon": _paired(b, s, f"{name}: StepCo against Best-of-N"),
-                    "stepco_minus_greedy": _paired(g, s, f"{name}: StepCo against greedy")})
+                    "stepco_minus_greedy": _paired(g, s, f"{name}: StepCo against greedy", one_base=True)})
     return out
 
 
@@ -81,14 +110,20 @@ def _ci(d: dict[str, float]) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| verifier | F1 | StepCo | tokens | Best-of-N | tokens | StepCo − Best-of-N | StepCo − greedy |",
-             "|---|---|---|---|---|---|---|---|"]
+    seeds = any("accuracy_per_seed" in r["stepco"] for r in rows)
+    lines = ["| verifier | F1 | StepCo | tokens | Best-of-N | tokens | StepCo − Best-of-N | StepCo − greedy |"
+             + (" StepCo per seed | Best-of-N per seed |" if seeds else ""),
+             "|---|---|---|---|---|---|---|---|" + ("---|---|" if seeds else "")]
     for r in rows:
         f1 = "—" if r["f1"] is None else f"{r['f1']:.3f}"
+        per_seed = ""
+        if seeds:
+            per_seed = "".join(" " + " / ".join(f"{a:.3f}" for a in r[k].get("accuracy_per_seed", [r[k]["accuracy"]]))
+                               + " |" for k in ("stepco", "best_of_n"))
         lines.append(f"| `{r['verifier']}` | {f1} | {r['stepco']['accuracy']:.3f} | "
                      f"{r['stepco']['tokens_per_problem']:.0f} | {r['best_of_n']['accuracy']:.3f} | "
                      f"{r['best_of_n']['tokens_per_problem']:.0f} | {_ci(r['stepco_minus_bon'])} | "
-                     f"{_ci(r['stepco_minus_greedy'])} |")
+                     f"{_ci(r['stepco_minus_greedy'])} |{per_seed}")
     if rows:
         g = rows[0]["greedy"]
         lines.append(f"\ngreedy: {g['accuracy']:.3f} at {g['tokens_per_problem']:.0f} tokens per problem")
@@ -122,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--greedy", required=True, help="A greedy inference.evaluate run on the same problems.")
     p.add_argument("--level", nargs=4, action="append", required=True,
-                   metavar=("NAME", "F1_JSON", "STEPCO_RUN", "BON_RUN"), help="One verifier on the axis.")
+                   metavar=("NAME", "F1_JSON", "STEPCO_RUN", "BON_RUN"),
+                   help="One verifier on the axis; several seeds' runs as RUN,RUN,... in both.")
     p.add_argument("--plot", help="Write the figure here (PNG).")
     p.add_argument("--json", help="Write the rows here.")
     args = p.parse_args(argv)
