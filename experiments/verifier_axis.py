@@ -14,8 +14,8 @@ A level's F1.json is the stdout of `python -m reward_models.evaluate --verifier 
 Several sampling seeds: STEPCO_RUN and BON_RUN may each be a comma-separated list of runs, one per
 seed, the same number in both (`stepco_s0,stepco_s1,stepco_s2`); seed k's StepCo run is paired with
 seed k's Best-of-N run and with the one greedy run (greedy draws nothing). Accuracy and tokens are
-then the means over the seeds, each seed's accuracy is listed, and the intervals resample (seed,
-problem) pairs.
+then the means over the seeds, each seed's accuracy is listed, and a difference's interval resamples
+problems, each with its mean over the seeds (the seeds share their problems).
 """
 
 from __future__ import annotations
@@ -67,20 +67,20 @@ def read_runs(folders: str) -> list[dict[str, dict[str, Any]]]:
 
 def _paired(base: list[dict[str, dict[str, Any]]], other: list[dict[str, dict[str, Any]]],
             what: str, one_base: bool = False) -> dict[str, float]:
-    """other - base over (seed, problem) pairs; `one_base`: base is one run (greedy) paired with every seed."""
+    """other - base, paired by problem; `one_base`: base is one run (greedy) paired with every seed.
+    With several seeds each problem counts once, with its mean over the seeds, and the interval
+    resamples problems: the seeds share their problems, so (seed, problem) pairs are not independent."""
     if one_base:
         base = base * len(other)
     if len(base) != len(other):
         raise ValueError(f"{what}: {len(other)} runs against {len(base)}: one per seed in each")
-    xs: list[float] = []
-    ys: list[float] = []
+    ids = sorted(base[0])
     for b, o in zip(base, other):
-        if set(b) != set(o):
+        if set(b) != set(ids) or set(o) != set(ids):
             raise ValueError(f"{what}: the runs hold different problems ({len(b)} against {len(o)} ids)")
-        ids = sorted(b)
-        xs += [b[i]["correct"] for i in ids]
-        ys += [o[i]["correct"] for i in ids]
-    return paired_bootstrap_diff(xs, ys)
+    k = len(base)
+    return paired_bootstrap_diff([sum(b[i]["correct"] for b in base) / k for i in ids],
+                                 [sum(o[i]["correct"] for o in other) / k for i in ids])
 
 
 def _summary(runs: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from experiments import verifier_axis
+from reasoning.stats import paired_bootstrap_diff
 
 
 def _run(folder, correct, tokens):
@@ -59,7 +60,8 @@ def test_axis_names_a_bad_row(tmp_path, capsys):
 
 def test_axis_pools_sampling_seeds_by_seed_and_problem(tmp_path, capsys):
     """Two seeds: seed k's StepCo is paired with seed k's Best-of-N and with the one greedy run; the
-    accuracies are the seeds' means, listed per seed; a seed count that differs is refused."""
+    accuracies are the seeds' means, listed per seed, the intervals over problems; a seed count that
+    differs is refused."""
     greedy = _run(tmp_path / "g", [True, False, False, False], [(10, 5, 0)] * 4)
     s0 = _run(tmp_path / "s0", [True, True, False, False], [(10, 20, 10)] * 4)
     s1 = _run(tmp_path / "s1", [True, True, True, True], [(10, 30, 20)] * 4)
@@ -70,9 +72,12 @@ def test_axis_pools_sampling_seeds_by_seed_and_problem(tmp_path, capsys):
     (r,) = verifier_axis.axis(greedy, [["v", str(f1), f"{s0},{s1}", f"{b0},{b1}"]])
     assert r["stepco"] == {"accuracy": 0.75, "tokens_per_problem": 50.0, "accuracy_per_seed": [0.5, 1.0]}
     assert r["best_of_n"] == {"accuracy": 0.5, "tokens_per_problem": 100.0, "accuracy_per_seed": [0.25, 0.75]}
-    # (seed, problem) pairs: StepCo minus Best-of-N = (1 + 1) / 8; minus greedy = (1 + 3) / 8
+    # per problem, means over the seeds: StepCo 1, 1, .5, .5; Best-of-N 1, .5, .5, 0; greedy 1, 0, 0, 0
     assert r["stepco_minus_bon"]["diff"] == pytest.approx(0.25)
     assert r["stepco_minus_greedy"]["diff"] == pytest.approx(0.5)
+    # the interval resamples the four problems with those means, not the eight (seed, problem) pairs
+    assert r["stepco_minus_bon"] == paired_bootstrap_diff([1, 0.5, 0.5, 0], [1, 1, 0.5, 0.5])
+    assert r["stepco_minus_bon"] != paired_bootstrap_diff([1, 0, 0, 0, 1, 1, 1, 0], [1, 1, 0, 0, 1, 1, 1, 1])
     assert verifier_axis.main(["--greedy", greedy, "--level", "v", str(f1), f"{s0},{s1}", f"{b0},{b1}"]) == 0
     assert "| 0.500 / 1.000 | 0.250 / 0.750 |" in capsys.readouterr().out
     assert verifier_axis.main(["--greedy", greedy, "--level", "v", str(f1), f"{s0},{s1}", b0]) == 2
