@@ -58,7 +58,7 @@ def test_axis_names_a_bad_row(tmp_path, capsys):
     assert "results.jsonl: row 1" in capsys.readouterr().err
 
 
-def test_axis_pools_sampling_seeds_by_seed_and_problem(tmp_path, capsys):
+def test_axis_pools_sampling_seeds_over_problems(tmp_path, capsys):
     """Two seeds: seed k's StepCo is paired with seed k's Best-of-N and with the one greedy run; the
     accuracies are the seeds' means, listed per seed, the intervals over problems; a seed count that
     differs is refused."""
