@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import torch
 from trl import SFTConfig
 
 from inference.backends.hf import HFGenerator
@@ -106,6 +107,11 @@ class WorldSFTConfig(SFTConfig):
     max_length: int | None = field(default=512, metadata={"help": "Longest tokenized example."})
     seed: int = field(default=0, metadata={"help": "Training seed."})
     dataloader_drop_last: bool = field(default=True, metadata={"help": "Drop the ragged last batch."})
+    dataloader_pin_memory: bool = field(
+        default_factory=lambda: torch.cuda.is_available(),
+        metadata={"help": "Page-locked batches for the copy to a GPU; off where there is none (torch warns and "
+                          "ignores it there)."},
+    )
     train_sampling_strategy: str = field(
         default="random", metadata={"help": "random, sequential, group_by_length or batch_rebalance."}
     )

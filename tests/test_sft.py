@@ -156,3 +156,17 @@ def test_bench_sft_order_counts_the_padding_of_each_batch_order():
     assert useful_share([1, 1, 3, 3, 1, 1, 3, 3], 8, "batch_rebalance") == 1.0
     with pytest.raises(ValueError, match="unknown order"):
         useful_share([1, 2], 2, "shortest_first")
+
+
+def test_batches_are_pinned_only_where_a_gpu_takes_them():
+    """Pinned memory serves the copy to a GPU; without one torch warns at every SFT run and ignores it
+    (seen with both the CPU build and PyPI's CUDA build on a CPU machine). The default follows
+    torch.cuda.is_available(), read when the config is made."""
+    from trl import TrlParser
+
+    parser = TrlParser((sft.WorldSFTArguments, sft.WorldSFTConfig))
+    assert not torch.cuda.is_available()
+    _, config = parser.parse_args_and_config(args=["--output_dir", "x"])
+    assert config.dataloader_pin_memory is False and not config.use_cpu
+    _, config = parser.parse_args_and_config(args=["--output_dir", "x", "--dataloader_pin_memory", "true"])
+    assert config.dataloader_pin_memory is True
