@@ -12,8 +12,9 @@ from reasoning.steps import ANSWER_MATCHES
 from reward_models.load import spec_parts, split_spec
 from reward_models.verifier import AGGREGATIONS
 from rl.distributed import deepspeed_launch, has_gpu
+from rl.ppo_checks import check_mc_values, check_online_update
 from rl.ppo_math import ESTIMATORS, REWARD_SCALES, STEP_CREDITS
-from rl.rewards import REWARDS, check_no_added_rewards
+from rl.rewards import REWARDS
 from rl.step_rewards import SHAPING_MODES
 
 DEFAULT_POLICY = "outputs/sft_tiny"
@@ -400,7 +401,7 @@ class StepPPOConfig(TrainingArguments):
             raise ValueError("--drop_flat_groups needs --advantage_estimator group (it drops the prompts whose "
                              f"samples all got the same rewards); got {self.advantage_estimator!r}")
         if ESTIMATORS[self.advantage_estimator].monte_carlo:
-            self._check_mc_values()
+            check_mc_values(self)
         if self.entropy_coef < 0:
             raise ValueError(f"--entropy_coef must be >= 0, got {self.entropy_coef}")
         if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs or []):
@@ -413,38 +414,3 @@ class StepPPOConfig(TrainingArguments):
         if self.reward_clip is not None and self.reward_clip <= 0:
             raise ValueError(f"--reward_clip must be > 0, got {self.reward_clip}")
         check_online_update(self)
-
-    def _check_mc_values(self) -> None:
-        """Settings that --advantage_estimator mc_values cannot use (its values are mean answer-check
-        rewards of sampled continuations, graded as the gold reward grades a response)."""
-        if self.mc_rollouts < 1:
-            raise ValueError(f"--mc_rollouts must be >= 1, got {self.mc_rollouts}")
-        if REWARDS[self.reward].verifier or not REWARDS[self.reward].gold:  # the answer check alone
-            raise ValueError("--advantage_estimator mc_values grades its continuations with the answer check: it "
-                             f"needs --reward gold, got {self.reward!r}")
-        check_no_added_rewards(self.advantage_estimator, len(self.reward_funcs or []), "--reward_funcs")
-        if self.gamma != 1:
-            raise ValueError("--advantage_estimator mc_values estimates undiscounted values (--gamma 1), got "
-                             f"--gamma {self.gamma}")
-        if self.reward_normalize:
-            raise ValueError("--reward_normalize does not apply to --advantage_estimator mc_values (its values are "
-                             "mean rewards of continuations; --whiten_advantages scales the advantages)")
-        if self.use_vllm:
-            raise ValueError("--advantage_estimator mc_values samples its continuations with --use_vllm false only, "
-                             "got --use_vllm true")
-
-
-def check_online_update(config: StepPPOConfig) -> None:
-    """ValueError unless --verifier_online_update has an implicit PRM to train (an `implicit:` verifier,
-    alone or a part of a combination, read by a verifier reward)."""
-    if not config.verifier_online_update:
-        return
-
-    implicit = any(split_spec(p)[0] == "implicit" for p in spec_parts(config.verifier))
-    if not REWARDS[config.reward].verifier or not implicit:
-        raise ValueError(f"--verifier_online_update trains an implicit PRM: it needs --verifier implicit:PATH and a "
-                         f"verifier reward; got --verifier {config.verifier} --reward {config.reward}")
-    if config.verifier_online_steps < 1:
-        raise ValueError(f"--verifier_online_steps must be >= 1, got {config.verifier_online_steps}")
-    if not config.verifier_online_learning_rate > 0:
-        raise ValueError(f"--verifier_online_learning_rate must be > 0, got {config.verifier_online_learning_rate}")
