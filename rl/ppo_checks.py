@@ -1,6 +1,6 @@
 """Rules on `StepPPOConfig`'s settings that take more than a line (`StepPPOConfig.validate` runs them):
-the credit form a step reward gets by default, and what --advantage_estimator mc_values and
---verifier_online_update need."""
+the credit form a step reward gets by default, what --advantage_estimator mc_values and
+--verifier_online_update need, and the length-drift guard's settings."""
 
 from __future__ import annotations
 
@@ -69,3 +69,10 @@ def check_online_update(config) -> None:
     if not config.verifier_online_learning_rate > 0:
         raise ValueError(f"--verifier_online_learning_rate must be > 0, got {config.verifier_online_learning_rate}")
 
+
+def check_length_drift(config) -> None:
+    """The length-drift guard's settings (`rl.length_drift`)."""
+    if not config.length_drift_threshold > 0:
+        raise ValueError(f"--length_drift_threshold must be > 0, got {config.length_drift_threshold}")
+    if config.length_drift_updates < 1:
+        raise ValueError(f"--length_drift_updates must be >= 1, got {config.length_drift_updates}")

@@ -12,7 +12,7 @@ from reasoning.steps import ANSWER_MATCHES
 from reward_models.load import spec_parts, split_spec
 from reward_models.verifier import AGGREGATIONS
 from rl.distributed import deepspeed_launch, has_gpu
-from rl.ppo_checks import AUTO, check_mc_values, check_online_update, resolve_credit_form
+from rl.ppo_checks import AUTO, check_length_drift, check_mc_values, check_online_update, resolve_credit_form
 from rl.ppo_math import ESTIMATORS, REWARD_SCALES, STEP_CREDITS
 from rl.rewards import REWARDS
 from rl.step_rewards import SHAPING_MODES
@@ -144,6 +144,15 @@ class StepPPOConfig(TrainingArguments):
     max_train_seconds: float | None = field(default=None, metadata={"help": "This launch's time limit on updates: "
         "none starts that the last shows would end past it; then save, evaluate and write eval.json (stopped_early) "
         "as at --max_steps; --resume_from_checkpoint auto continues. Evaluation not counted. None: no limit."})
+    length_drift_threshold: float = field(default=0.2, metadata={"help": "The length-drift guard (rl/length_drift.py): "
+        "one warning line each time |rollout/length_drift| (steps or tokens per response, the mean of the last "
+        "--length_drift_updates updates against that of the first, as a relative change) passes this value from "
+        "below (0.2: a change of a fifth)."})
+    length_drift_updates: int = field(default=3, metadata={"help": "Updates in each of the two means that "
+                                                                   "rollout/length_drift compares."})
+    stop_on_length_drift: bool = field(default=False, metadata={"help": "End the run when the length drift passes "
+        "--length_drift_threshold: save, evaluate and write eval.json (stopped_early: length_drift) as at "
+        "--max_steps."})
     prompts_per_update: int = field(default=16, metadata={"help": "Prompts per update per process."})
     num_generations: int = field(default=8, metadata={"help": "Responses sampled per prompt, a group (was "
                                                                "--samples_per_prompt)."})
@@ -421,3 +430,4 @@ class StepPPOConfig(TrainingArguments):
         if self.reward_clip is not None and self.reward_clip <= 0:
             raise ValueError(f"--reward_clip must be > 0, got {self.reward_clip}")
         check_online_update(self)
+        check_length_drift(self)
