@@ -72,8 +72,8 @@ CODE = {
     "sft": ("rl/sft.py", "rl/models.py", "reasoning/corpora.py", "reasoning/tokenizer.py", "reasoning/world.py",
             "reasoning/prompts.py"),
     "psv": ("reward_models/annotate", "reward_models/train.py", "reward_models/psv.py"),
-    "ppo": ("rl/ppo_config.py", "rl/ppo_setup.py", "rl/ppo_step.py", "rl/ppo_trainer.py", "rl/ppo_math.py",
-            "rl/step_rewards.py", "rl/reward_table.py", "rl/rewards.py"),
+    "ppo": ("rl/ppo_config.py", "rl/ppo_checks.py", "rl/ppo_setup.py", "rl/ppo_step.py", "rl/ppo_trainer.py",
+            "rl/ppo_math.py", "rl/step_rewards.py", "rl/reward_table.py", "rl/rewards.py", "rl/length_drift.py"),
 }
 """The source files that decide what each kind of artefact becomes (their defaults included); a
 folder stands for its Python files."""

@@ -48,6 +48,7 @@ from rl import ppo_math as M
 from rl import tracking
 from rl.evaluation import compare_greedy_rows, greedy_rows, summarize_greedy_rows
 from rl.hub import push_folder
+from rl.length_drift import LengthDriftGuard
 from rl.ppo_config import StepPPOConfig
 from rl.problem_hooks import WORLD_HOOKS, ProblemHooks
 from rl.reward_table import Responses, RewardTally, step_end_tokens, without_eos
@@ -217,7 +218,9 @@ class StepPPOTrainer:
         """When this process's segment of the run began; the seconds of the segments before it."""
         self.segment_end: float | None = None  # when its updates ended: the clock stops there
         self.skipped_batches = 0
-        self.stopped_early = False  # --max_train_seconds stopped this launch before --max_steps
+        self.stopped_early: str | None = None
+        """Why this launch stopped before --max_steps: 'max_train_seconds' or 'length_drift'."""
+        self.length_guard = LengthDriftGuard(config.length_drift_updates, config.length_drift_threshold)
         self.out = Path(config.output_dir)
         self.run = RunDir(self.out)
         self.vllm_engine = None
@@ -797,7 +800,8 @@ class StepPPOTrainer:
             self.run.write_resume_state(tmp, {"update": self.update, "skipped_batches": self.skipped_batches,
                                               "beta": float(self.kl_ctl.value),
                                               "reward_stats": self.reward_stats.state_dict(),
-                                              "train_seconds": self.train_seconds()})
+                                              "train_seconds": self.train_seconds(),
+                                              "length_drift": self.length_guard.state_dict()})
             for k, prm in enumerate(self.online_prms):
                 torch.save(prm.online_state(), tmp / f"implicit_prm_{k}.pt")
             self.run.write_trainer_state(tmp, self.args, self.update)
@@ -828,6 +832,8 @@ class StepPPOTrainer:
                 prm.load_online_state(torch.load(saved, map_location=self.accelerator.device))
         # the seconds of the segments before this one (a checkpoint from before they were stored: none)
         self.seconds_before = float(state.get("train_seconds", 0.0))
+        # the guard's baseline (a checkpoint from before the guard: it starts again from this update)
+        self.length_guard.load_state_dict(state.get("length_drift", {}))
 
     def train_seconds(self) -> float:
         """Seconds the run has trained, every resumed segment included."""
@@ -914,12 +920,8 @@ class StepPPOTrainer:
             metrics = self.step(self.update)
             self.update += 1
             metrics["update"] = self.update
-            if args.max_train_seconds is not None and self.update < args.max_steps:
-                # the next update is taken to last as long as this one; rank 0's clock decides for all
-                now = time.time()
-                ends = (now - self.segment_start) + (now - started)
-                self.stopped_early = D.main_process_decides(ends > args.max_train_seconds, self.accelerator)
-            last = self.update == args.max_steps or self.stopped_early
+            self.stopped_early = self._stop_reason(metrics, started)
+            last = self.update == args.max_steps or self.stopped_early is not None
             probed = probing and (self.update % args.probe_every == 0 or last)
             if probed:
                 metrics.update(self.probe())
@@ -933,12 +935,40 @@ class StepPPOTrainer:
             if save_every and self.update % save_every == 0 and not last:
                 self.save_checkpoint()
             if self.stopped_early:
-                if self.accelerator.is_main_process:
-                    print(f"[ppo_step] stopping after update {self.update} of {args.max_steps}: the next would end "
-                          f"past --max_train_seconds {args.max_train_seconds:g} (--resume_from_checkpoint auto "
-                          "continues the run)", file=sys.stderr, flush=True)
                 break
         bar.close()
+
+    def _stop_reason(self, metrics: dict[str, float], started: float) -> str | None:
+        """The length-drift guard's metrics added to the update's `metrics` (its warning printed once
+        per crossing), and why the run stops after this update short of --max_steps: 'length_drift'
+        (--stop_on_length_drift), 'max_train_seconds' (the next update is taken to last as long as
+        this one, ending past the limit), or None. Rank 0 decides for all."""
+        args, main = self.args, self.accelerator.is_main_process
+        drift, crossed = self.length_guard.observe(metrics.get("rollout/steps_per_response", 0.0),
+                                                   metrics.get("rollout/response_tokens", 0.0))
+        metrics.update(drift)
+        if crossed and main:
+            print(f"[ppo_step] warning: length drift {drift['rollout/length_drift']:+.0%} at update {self.update} "
+                  f"(past --length_drift_threshold {args.length_drift_threshold:g}): "
+                  f"{self.length_guard.describe(drift)}; is the reward paying for length?", file=sys.stderr, flush=True)
+        if self.update >= args.max_steps:
+            return None
+        if D.main_process_decides(crossed and args.stop_on_length_drift, self.accelerator):
+            if main:
+                print(f"[ppo_step] stopping after update {self.update} of {args.max_steps}: --stop_on_length_drift",
+                      file=sys.stderr, flush=True)
+            return "length_drift"
+        if args.max_train_seconds is None:
+            return None
+        now = time.time()
+        if D.main_process_decides((now - self.segment_start) + (now - started) > args.max_train_seconds,
+                                  self.accelerator):
+            if main:
+                print(f"[ppo_step] stopping after update {self.update} of {args.max_steps}: the next would end "
+                      f"past --max_train_seconds {args.max_train_seconds:g} (--resume_from_checkpoint auto "
+                      "continues the run)", file=sys.stderr, flush=True)
+            return "max_train_seconds"
+        return None
 
     def _finish(self, before: dict[str, Any] | None) -> dict[str, Any]:
         """The trained policy, critic and online PRMs saved (weights gathered: collective under
@@ -974,7 +1004,7 @@ class StepPPOTrainer:
                   "processes": self.accelerator.num_processes,
                   "responses_per_update": args.prompts_per_update * args.num_generations
                   * self.accelerator.num_processes, "train_seconds": self.train_seconds(),
-                  "stopped_early": "max_train_seconds" if self.stopped_early else None,
+                  "stopped_early": self.stopped_early,
                   "prompt_too_long": self.prompt_too_long}
         if before is not None and after is not None:
             write_jsonl(self.run.after_rows, after["rows"])

@@ -10,7 +10,8 @@ same checks, nothing written; `rl/ppo_step.py` calls it before loading any model
   with a new run's;
 - a resume (`--resume_from_checkpoint auto` or a path) whose settings differ from the stored ones,
   except those in `MAY_DIFFER_ON_RESUME`: how long to train, how often to save and log, threads,
-  progress bars, evaluation batch sizes and resamples, none of which change what an update computes.
+  progress bars, evaluation batch sizes and resamples, the length-drift guard's threshold and stop,
+  none of which change what an update computes.
 
 `rl.checkpoint_curve` reads run_config.json (`with_stored_settings`), so it needs only `--output_dir`.
 """
@@ -183,7 +184,7 @@ class RunDir:
 MAY_DIFFER_ON_RESUME = frozenset({
     "max_steps", "save_steps", "save_total_limit", "logging_steps", "disable_tqdm", "report_to", "num_threads",
     "resume_from_checkpoint", "overwrite_output_dir", "build_missing", "greedy_eval_batch_size",
-    "bootstrap_resamples", "output_dir", "max_train_seconds",
+    "bootstrap_resamples", "output_dir", "max_train_seconds", "length_drift_threshold", "stop_on_length_drift",
 })
 """Settings a resumed run may change: none of them changes the updates already made, or what an update does."""
 
@@ -239,7 +240,7 @@ def stored_settings(out: str | Path) -> dict[str, Any] | None:
 
 
 SETTINGS_ADDED_LATER = {"step_credit": "return", "entropy_coef": 0.0, "drop_flat_groups": False, "mc_rollouts": 4,
-                        "scale_rewards": "group", "answer_match": "strict"}
+                        "scale_rewards": "group", "answer_match": "strict", "length_drift_updates": 3}
 """Settings a run stored before they existed, with the value such a run computed with."""
 
 

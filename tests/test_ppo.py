@@ -417,6 +417,29 @@ def test_bad_config_values_are_clear_errors(models, tmp_path, capsys):
     assert "--step_credit must be one of return, own" in capsys.readouterr().err
 
 
+def test_a_step_reward_defaults_to_own_step_delta_credit_and_deepseekmath_s_form_stays_by_name(tmp_path):
+    """`--reward step` / `step+gold` with no credit flag get the form the three-seed study ranks best
+    and ungamed (docs/results/when_step_rewards_pay.md), recorded resolved in run_config.json; the
+    long-world recipe does not pin another; a form given by name is kept."""
+    from rl.ppo_cli import parse_config
+    from rl.run_dir import RUN_CONFIG, prepare_run_dir
+
+    base = ["--output_dir", str(tmp_path / "run"), "--build_missing", "false", "--report_to", "none"]
+
+    def form(*flags):
+        config = parse_config([*base, *flags])
+        return config.reward_shaping, config.step_credit
+
+    assert form("--reward", "step") == form("--reward", "step+gold") == ("delta", "own")
+    assert form("--config", str(ROOT / "configs" / "ppo" / "long_world.yaml"), "--reward", "step") == ("delta", "own")
+    assert form("--reward", "step", "--reward_shaping", "raw", "--step_credit", "return") == ("raw", "return")
+    assert form("--reward", "step", "--reward_shaping", "min") == ("min", "own")
+    assert form() == form("--reward", "outcome") == ("raw", "return")  # one reward per response: as before
+    prepare_run_dir(parse_config([*base, "--reward", "step"]))
+    stored = json.loads((tmp_path / "run" / RUN_CONFIG).read_text())
+    assert (stored["reward_shaping"], stored["step_credit"]) == ("delta", "own")
+
+
 def test_a_run_stored_before_a_setting_existed_resumes_with_the_value_it_computed_with():
     from rl.run_dir import settings_changes
 

@@ -1,0 +1,78 @@
+"""Rules on `StepPPOConfig`'s settings that take more than a line (`StepPPOConfig.validate` runs them):
+the credit form a step reward gets by default, what --advantage_estimator mc_values and
+--verifier_online_update need, and the length-drift guard's settings."""
+
+from __future__ import annotations
+
+from reward_models.load import spec_parts, split_spec
+from rl.rewards import REWARDS, check_no_added_rewards
+
+AUTO = "auto"
+"""The default of --reward_shaping and --step_credit: resolved by the reward mode (`resolve_credit_form`)."""
+
+STEP_REWARD_FORM = ("delta", "own")
+"""(--reward_shaping, --step_credit) of `--reward step` and `step+gold` by default: each step paid the
+change of the verifier's score across it, and each token credited with its own step's normalised
+reward alone. The form docs/results/when_step_rewards_pay.md ranks best of the step credits with
+three seeds on both settings, and not gamed by length on either (paired against the answer check:
+-0.006 [-0.022, +0.010] on 2-4-step solutions, +0.005 [-0.011, +0.021] on 5-8-step ones; steps per
+response held); DeepSeekMath's raw/return lost 5 points on both by cutting responses short."""
+
+OTHER_FORM = ("raw", "return")
+"""(--reward_shaping, --step_credit) of every other reward mode by default: the outcome and gold
+rewards are one reward per response, so the credit form changes nothing there."""
+
+
+def resolve_credit_form(config) -> None:
+    """--reward_shaping and --step_credit left at 'auto' set from --reward: `STEP_REWARD_FORM` for a
+    reward that pays the verifier's score at every step, `OTHER_FORM` otherwise. A value given is kept."""
+    mode = REWARDS[config.reward] if config.reward in REWARDS else None
+    shaping, credit = STEP_REWARD_FORM if mode is not None and mode.verifier and mode.steps else OTHER_FORM
+    if config.reward_shaping == AUTO:
+        config.reward_shaping = shaping
+    if config.step_credit == AUTO:
+        config.step_credit = credit
+
+
+def check_mc_values(config) -> None:
+    """Settings that --advantage_estimator mc_values cannot use (its values are mean answer-check
+    rewards of sampled continuations, graded as the gold reward grades a response)."""
+    if config.mc_rollouts < 1:
+        raise ValueError(f"--mc_rollouts must be >= 1, got {config.mc_rollouts}")
+    if REWARDS[config.reward].verifier or not REWARDS[config.reward].gold:  # the answer check alone
+        raise ValueError("--advantage_estimator mc_values grades its continuations with the answer check: it "
+                         f"needs --reward gold, got {config.reward!r}")
+    check_no_added_rewards(config.advantage_estimator, len(config.reward_funcs or []), "--reward_funcs")
+    if config.gamma != 1:
+        raise ValueError("--advantage_estimator mc_values estimates undiscounted values (--gamma 1), got "
+                         f"--gamma {config.gamma}")
+    if config.reward_normalize:
+        raise ValueError("--reward_normalize does not apply to --advantage_estimator mc_values (its values are "
+                         "mean rewards of continuations; --whiten_advantages scales the advantages)")
+    if config.use_vllm:
+        raise ValueError("--advantage_estimator mc_values samples its continuations with --use_vllm false only, "
+                         "got --use_vllm true")
+
+
+def check_online_update(config) -> None:
+    """ValueError unless --verifier_online_update has an implicit PRM to train (an `implicit:` verifier,
+    alone or a part of a combination, read by a verifier reward)."""
+    if not config.verifier_online_update:
+        return
+
+    implicit = any(split_spec(p)[0] == "implicit" for p in spec_parts(config.verifier))
+    if not REWARDS[config.reward].verifier or not implicit:
+        raise ValueError(f"--verifier_online_update trains an implicit PRM: it needs --verifier implicit:PATH and a "
+                         f"verifier reward; got --verifier {config.verifier} --reward {config.reward}")
+    if config.verifier_online_steps < 1:
+        raise ValueError(f"--verifier_online_steps must be >= 1, got {config.verifier_online_steps}")
+    if not config.verifier_online_learning_rate > 0:
+        raise ValueError(f"--verifier_online_learning_rate must be > 0, got {config.verifier_online_learning_rate}")
+
+
+def check_length_drift(config) -> None:
+    """The length-drift guard's settings (`rl.length_drift`)."""
+    if not config.length_drift_threshold > 0:
+        raise ValueError(f"--length_drift_threshold must be > 0, got {config.length_drift_threshold}")
+    if config.length_drift_updates < 1:
+        raise ValueError(f"--length_drift_updates must be >= 1, got {config.length_drift_updates}")
