@@ -7,6 +7,7 @@ anything; their paths are rl/ppo_config.py's defaults.
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -16,24 +17,33 @@ from rl.ppo_setup import log
 from rl.rewards import REWARDS
 
 
-def _train_sft(argv: list[str], what: str) -> None:
+def _train_sft(argv: list[str], what: str, path: str) -> None:
+    """`rl.sft` into PATH.building, renamed to PATH once it has finished: a build that is killed or
+    fails leaves no PATH that a later run would take for a finished model (it would not load, or
+    load half-trained); the next run starts that build again."""
     import torch
 
     from reasoning.threads import torch_threads
     from rl import sft  # TRL's SFT stack: loaded only when a model is built
 
+    building = Path(f"{path}.building")
+    if building.exists():
+        log(f"{building} is an unfinished build (a run stopped during it): starting it again")
+        shutil.rmtree(building)
     with torch_threads(torch.get_num_threads()):  # rl.sft.main would drop to one thread otherwise
-        code = sft.main(argv)
+        code = sft.main(["--output_dir", str(building), *argv])
     if code:
         raise RuntimeError(f"building {what} failed with exit code {code}")
+    building.rename(path)
 
 
 def build_default_policy(path: str = DEFAULT_POLICY, seed: int = 0) -> None:
     """The tiny SFT policy of `python -m rl.sft` with its embedded defaults and training seed `seed`
     (~8 min on 2 cores)."""
-    argv = ["--output_dir", path, "--seed", str(seed)]
-    log(f"no policy at {path}: training the tiny SFT policy first (python -m rl.sft {' '.join(argv)})")
-    _train_sft(argv, "the default policy")
+    argv = ["--seed", str(seed)]
+    log(f"no policy at {path}: training the tiny SFT policy first (python -m rl.sft --output_dir {path} "
+        f"{' '.join(argv)})")
+    _train_sft(argv, "the default policy", path)
 
 
 def verifier_lm_world_flags(policy: str) -> list[str]:
@@ -51,10 +61,10 @@ def build_default_verifier_lm(policy: str, path: str = DEFAULT_VERIFIER_LM) -> N
     """The verifier LM of the default verifier: `python -m rl.sft --teacher_noise none` in the
     policy's world (~6 min on 2 cores). It has seen the clean teacher's demonstrations, never a
     step label; its step likelihood is the step reward."""
-    argv = ["--output_dir", path, "--teacher_noise", "none", *verifier_lm_world_flags(policy)]
-    log(f"no verifier LM at {path}: training it first (python -m rl.sft {' '.join(argv)})")
+    argv = ["--teacher_noise", "none", *verifier_lm_world_flags(policy)]
+    log(f"no verifier LM at {path}: training it first (python -m rl.sft --output_dir {path} {' '.join(argv)})")
     start = time.time()
-    _train_sft(argv, "the default verifier LM")
+    _train_sft(argv, "the default verifier LM", path)
     log(f"verifier LM ready in {time.time() - start:.0f}s")
 
 

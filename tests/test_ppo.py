@@ -930,18 +930,51 @@ def test_scale_rewards_reaches_the_group_estimator_and_needs_it(models, tmp_path
     assert settings_changes({"seed": 0}, {"seed": 0, "scale_rewards": "batch"}) == ["scale_rewards: 'group' -> 'batch'"]
 
 
+def test_a_default_model_build_that_is_killed_leaves_no_model_and_is_started_again(tmp_path, monkeypatch, capsys):
+    """A build stopped midway (a kill, Ctrl-C, a failure) left a half-written outputs/sft_tiny that the
+    next run took for the policy and failed on with a traceback; it is written beside, renamed when done."""
+    from rl import build_defaults, sft
+
+    monkeypatch.chdir(tmp_path)
+
+    def killed(argv):
+        Path(argv[1]).mkdir(parents=True)
+        (Path(argv[1]) / "config.json").write_text("{}")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sft, "main", killed)
+    with pytest.raises(KeyboardInterrupt):
+        build_defaults.build_default_policy("outputs/sft_tiny", 0)
+    assert not Path("outputs/sft_tiny").exists() and Path("outputs/sft_tiny.building").exists()
+
+    def finished(argv):
+        assert not Path(argv[1]).exists()  # the unfinished build is gone before the new one starts
+        Path(argv[1]).mkdir(parents=True)
+        (Path(argv[1]) / "model.safetensors").write_text("x")
+        return 0
+
+    monkeypatch.setattr(sft, "main", finished)
+    build_defaults.build_default_policy("outputs/sft_tiny", 0)
+    assert (Path("outputs/sft_tiny") / "model.safetensors").exists() and not Path("outputs/sft_tiny.building").exists()
+    assert "unfinished build" in capsys.readouterr().err
+    monkeypatch.setattr(sft, "main", lambda argv: 1)
+    with pytest.raises(RuntimeError, match="exit code 1"):
+        build_defaults.build_default_verifier_lm("outputs/sft_tiny", "outputs/lm")
+    assert not Path("outputs/lm").exists()
+
+
 def test_default_policy_is_built_with_the_sft_seed_and_a_policy_of_another_seed_is_refused(tmp_path, monkeypatch):
     """--sft_seed reaches the SFT run that builds the default policy; a default policy already there
     whose eval.json records another training seed stops the run before anything loads (one line),
     and one written before the seed was recorded counts as seed 0."""
     from rl import build_defaults, ppo_setup, sft
 
-    calls = []
-    monkeypatch.setattr(sft, "main", lambda argv: calls.append(argv) or 0)
-    build_defaults.build_default_policy("p", 2)
-    assert calls == [["--output_dir", "p", "--seed", "2"]]
-
     monkeypatch.chdir(tmp_path)
+    calls = []
+    monkeypatch.setattr(sft, "main", lambda argv: calls.append(argv) or Path(argv[1]).mkdir() or 0)
+    build_defaults.build_default_policy("p", 2)
+    assert calls == [["--output_dir", "p.building", "--seed", "2"]]
+    assert Path("p").is_dir() and not Path("p.building").exists()
 
     def cfg(**kw):
         return StepPPOConfig(output_dir=str(tmp_path / "run"), report_to="none", reward="gold", **kw)
