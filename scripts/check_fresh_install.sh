@@ -3,9 +3,10 @@
 # scratch folder, README command 1's set-up with pip's settings switched off (PIP_CONFIG_FILE=/dev/null,
 # no find-links, no extra index: PyPI only; the machine's certificate bundle, PIP_CERT, kept), then a
 # 2-update smoke of the main job (README command 1 with --max_steps 2, its SFT policy built first as
-# a user's is) and `--help` of every console script. With --tests, README command 2 (the whole suite)
-# runs there too. Prints one line per phase with its seconds and a summary; exits 1 on the first
-# phase that fails.
+# a user's is), `--help` of every console script, and every README command in the order a reader
+# meets them (scripts/readme_walkthrough.py, long jobs cut, on the policy the main job built). With
+# --tests, README command 2 (the whole suite) runs there too. Prints one line per phase with its
+# seconds and a summary; exits 1 on the first phase that fails.
 #
 #   bash scripts/check_fresh_install.sh [--tests] [--keep] [--pip-settings] [DIR]
 #
@@ -72,6 +73,8 @@ test -s "$CLONE/outputs/ppo_step/eval.json" || { echo "check_fresh_install: main
 scripts=$(awk '/^\[/{on = ($0 == "[project.scripts]")} on && /^steprl-/{print $1}' "$CLONE/pyproject.toml" | tr '\n' ' ')
 phase console_scripts bash -c 'for s in '"$scripts"'; do .venv/bin/$s --help >/dev/null || { echo "$s --help failed"; exit 1; }; echo "$s ok"; done'
 echo "  $(grep -c ' ok$' "$LOG/console_scripts.log") console scripts answer --help"
+phase readme .venv/bin/python scripts/readme_walkthrough.py --policy outputs/sft_tiny
+tail -n 1 "$LOG/readme.log" | sed 's/^/  /'
 if [ "$TESTS" = 1 ]; then
   phase tests bash scripts/test.sh
   tail -n 1 "$LOG/tests.log" | sed 's/^/  /'
