@@ -324,6 +324,22 @@ def _read_yaml(path: str) -> dict[str, Any]:
     return values
 
 
+def _check_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """An EvaluationError naming the first flag the parser does not take, with the closest one it does
+    (`reasoning.flag_names`), instead of argparse's whole usage. A unique prefix of a flag is taken,
+    as argparse takes it."""
+    from reasoning.flag_names import did_you_mean
+
+    known = [s for s in parser._option_string_actions if s.startswith("--")]
+    for token in argv:
+        if token == "--" or not token.startswith("--"):
+            continue
+        name = token.split("=", 1)[0]
+        if name in known or len([k for k in known if k.startswith(name)]) == 1:
+            continue
+        raise EvaluationError(f"unknown flag {name}{did_you_mean(name, [k[2:] for k in known])}")
+
+
 def parse_args(argv: Sequence[str] | None = None) -> tuple[EvalArguments, types.ModuleType, Any]:
     """(harness arguments, method module, method Config) from the command line and `--config`.
 
@@ -344,11 +360,13 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[EvalArguments, types.
     method_spec = known.method or recipe.get("method")
     if method_spec is None:
         parser = _parser((EvalArguments,), None)
+        _check_flags(parser, argv)
         parser.parse_args(argv)  # --help, or the message for missing --method
         parser.error("the following arguments are required: --method")
     module = load_method(method_spec)
     flags = method_flags(module)
     parser = _parser((EvalArguments, flags), module)
+    _check_flags(parser, argv)
     where = f"--config {known.config}"
     defaults = dict(recipe)
     options = defaults.pop("method_options", {})
