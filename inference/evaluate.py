@@ -277,7 +277,7 @@ def method_flags(module: types.ModuleType) -> type:
     taken = {f.name for f in dataclasses.fields(EvalArguments)} | {"config"}
     hints = typing.get_type_hints(module.Config)
     docs = field_docs(module.Config)
-    specs, names = [], {}
+    specs, names, auto = [], {}, set()
     for f in dataclasses.fields(module.Config):
         if not f.init:
             continue
@@ -288,11 +288,26 @@ def method_flags(module: types.ModuleType) -> type:
             kwargs["default_factory"] = f.default_factory
         name = f"method_{f.name}" if f.name in taken else f.name
         names[name] = f.name
-        specs.append((name, hints[f.name], field(**kwargs)))
+        hint = hints[f.name]
+        if f.metadata.get("auto"):  # a number or 'auto' (None in the Config: chosen by the harness)
+            hint, kwargs["default"] = str, "auto" if f.default is None else str(f.default)
+            auto.add(name)
+        specs.append((name, hint, field(**kwargs)))
     flags = dataclasses.make_dataclass(f"{module.Config.__name__}Flags", specs)
     flags._argument_group_name = f"method options ({method_name(module)})"
     flags.config_name = names
+    flags.auto_flags = auto
     return flags
+
+
+def _auto_number(flag: str, value: Any) -> float | None:
+    """A flag that takes a number or 'auto' (None: left to `inference.chosen_settings`)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise EvaluationError(f"--{flag} must be a number or auto, got {value!r}") from None
 
 
 def _parser(flag_types: tuple[type, ...], module: types.ModuleType | None):
@@ -389,7 +404,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[EvalArguments, types.
         raise EvaluationError(str(e)) from None
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    values = {flags.config_name[k]: v for k, v in dataclasses.asdict(parsed).items()}
+    values = {flags.config_name[k]: _auto_number(k, v) if k in flags.auto_flags else v
+              for k, v in dataclasses.asdict(parsed).items()}
     try:
         config = module.Config(**values)
     except (TypeError, ValueError) as e:
@@ -656,6 +672,11 @@ def evaluate(
         config = module.Config()
     if not isinstance(config, module.Config):
         raise EvaluationError(f"config is a {type(config).__name__}, not {module.__name__}.Config")
+    from inference.methods.stepco import RevisionConfig, unresolved
+
+    if isinstance(config, RevisionConfig) and unresolved(config):
+        raise EvaluationError(f"{', '.join(unresolved(config))}: choose them first (inference.chosen_settings."
+                              "choose_settings, as the command line does) or give the method numbers")
     if chunk_size < 1:
         raise EvaluationError(f"chunk_size must be >= 1, got {chunk_size}")
     problems = list(problems)
@@ -875,6 +896,12 @@ def run_from_args(args: EvalArguments, module: types.ModuleType, config: Any) ->
             check_model_folder("--policy", args.policy)
         except ModelFilesError as err:
             raise EvaluationError(str(err)) from None
+    from inference.chosen_settings import ChoiceError, check_settings, choose_settings
+
+    try:  # StepCo's revision and θ left to auto: what cannot be used or chosen is said before anything loads
+        check_settings(config, args.policy, args.dataset, args.verifier)
+    except ChoiceError as err:
+        raise EvaluationError(str(err)) from None
     backend_kwargs = args.backend_kwargs()
     if args.backend == "openai":
         check_server(args.policy, backend_kwargs)
@@ -914,6 +941,14 @@ def run_from_args(args: EvalArguments, module: types.ModuleType, config: Any) ->
     if not args.chat_template:  # recorded only when off, so runs from before the flag still resume
         run_info["chat_template"] = False
     try:
+        from reasoning.world import world_config_of
+
+        config, chosen = choose_settings(
+            module, config, policy=args.policy, verifier_spec=args.verifier, generator=generator, verifier=verifier,
+            world_config=world_config_of(args.policy if Path(args.policy).is_dir() else None),
+            world_seed=args.world_seed, out_dir=args.out, batch_size=args.verifier_batch_size)
+        if chosen is not None:
+            run_info["chosen"] = chosen
         return evaluate(module, problems, generator, verifier, config, args.out, chunk_size=args.chunk_size,
                         run_info=run_info, verifier_is_reference=args.verifier == "exact", overwrite=args.overwrite,
                         quiet=args.quiet, bootstrap_samples=args.bootstrap_samples)

@@ -205,7 +205,9 @@ def run(args: WorldSFTArguments, training_args) -> dict:
         trainer.save_model(str(out))
         tokenizer.save_pretrained(str(out))
         (out / "world_config.json").write_text(json.dumps(asdict(world), indent=2))
+        task_weights = args.task_weights()  # `tasks`: what the policy was taught (StepCo's revision=auto reads it)
         (out / "teacher.json").write_text(json.dumps({"teacher_noise": parse_teacher_noise(args.teacher_noise),
+                                                      "tasks": sorted(k for k, w in task_weights.items() if w > 0),
                                                       "corpus_misread_rows": dict(misread_rows)}, indent=2))
     result: dict = {}
     if trainer.accelerator.is_main_process:
