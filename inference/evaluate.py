@@ -9,7 +9,9 @@ beats) or any importable module (a dotted path) with a `Config` dataclass and
 `run(problems, tracker, config)`. Every field of the method's `Config` is a flag
 (`--threshold 0.5 --max_rounds 5 --n 8 --aggregation mean ...`); `--method M --help` lists them with
 their docstrings. A field whose name is also a harness flag (e.g. `batch_size`) is
-`--method_<name>`.
+`--method_<name>`. StepCo's `--revision` and `--threshold` default to `auto`, chosen before the run
+by `inference.chosen_settings` (the revise prompt only for a policy taught it; θ calibrated on the
+world's dev split and kept only if StepCo beats its first paths there) and recorded as `chosen`.
 
 `D` is `world` (the world's test split as `rl.sft` builds it: `--n_world` problems with
 `--world_seed`, in the world the policy was trained on; `world:dev` for another split), a benchmark
