@@ -365,6 +365,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[EvalArguments, types.
     SystemExit(2) with argparse's message for a bad flag or value, EvaluationError for a bad recipe
     or a value the dataclasses reject.
     """
+    from reasoning.flag_names import did_you_mean
+
     argv = list(sys.argv[1:] if argv is None else argv)
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--config", default=None)
@@ -392,11 +394,14 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[EvalArguments, types.
     by_field = {v: k for k, v in flags.config_name.items()}
     for k, v in options.items():
         if k not in by_field:
-            raise EvaluationError(f"{where}: method {method_name(module)} has no option {k!r}")
+            raise EvaluationError(f"{where}: method {method_name(module)} has no option {k!r}"
+                                  + did_you_mean(str(k), list(by_field), prefix=""))
         defaults[by_field[k]] = v
     unknown = parser.set_defaults_with_config(**defaults)
     if unknown:
-        raise EvaluationError(f"{where}: unknown option {unknown[0].lstrip('-')!r}")
+        name = unknown[0].lstrip("-")
+        known = [s[2:] for s in parser._option_string_actions if s.startswith("--")]
+        raise EvaluationError(f"{where}: unknown option {name!r}" + did_you_mean(name, known, prefix=""))
     try:
         args, parsed, rest = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True,
                                                                 look_for_args_file=False)

@@ -123,3 +123,15 @@ def test_did_you_mean_is_one_helper_for_every_command_line():
     assert did_you_mean("--rewrad", ["reward", "beta"]) == "; did you mean --reward?"
     assert did_you_mean("qqq", ["reward"]) == "" and closest("qqq", ["reward"]) is None
     assert ppo_cli.difflib_match("kl_cof", ["kl_coef", "beta"]) == "kl_coef"
+
+
+def test_evaluate_recipe_typos_get_the_closest_option_too(tmp_path, capsys):
+    from inference import evaluate
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("method: stepco\nmax_roundz: 2\n")
+    assert evaluate.main(["--config", str(recipe), "--dataset", "world", "--policy", "p", "--out", "o"]) == 2
+    _one_line_error(capsys.readouterr().err, "unknown option 'max_roundz'; did you mean max_rounds?")
+    recipe.write_text("method: stepco\nmethod_options:\n  treshold: 0.2\n")
+    assert evaluate.main(["--config", str(recipe), "--dataset", "world", "--policy", "p", "--out", "o"]) == 2
+    _one_line_error(capsys.readouterr().err, "has no option 'treshold'; did you mean threshold?")
