@@ -404,9 +404,14 @@ def validate(cfg: CompareConfig) -> None:
         if method == REFERENCE:
             raise CompareError(f"eval.methods: {REFERENCE} is the reference row, set eval.reference_exact")
         try:
-            method_config(load_method(method), options, ev.seed)
+            mcfg = method_config(load_method(method), options, ev.seed)
         except (TypeError, ValueError) as e:
             raise CompareError(f"eval.methods.{method}: {e}") from None
+        from inference.methods.stepco import RevisionConfig, unresolved
+
+        if isinstance(mcfg, RevisionConfig) and unresolved(mcfg):  # `auto` is the evaluation CLI's to choose
+            raise CompareError(f"eval.methods.{method}: give {' and '.join(u.split('=')[0] for u in unresolved(mcfg))} "
+                               "(prompt or resample; a number): compare does not choose them")
     if any(not isinstance(n, int) or n < 1 for n in ev.curve_n):
         raise CompareError(f"eval.curve_n must be positive integers, got {ev.curve_n}")
     for where, spec in (("psv.path", cfg.psv.path), ("psv.combine_with", cfg.psv.combine_with),

@@ -28,8 +28,8 @@ METHODS = {
     "greedy": [],
     "self_consistency": ["--n", "4"],
     "best_of_n": ["--n", "4"],
-    "stepco": ["--max_rounds", "2"],
-    "pathco": ["--max_rounds", "2"],
+    "stepco": ["--max_rounds", "2", "--threshold", "0.5", "--revision", "prompt"],  # no dev split on a benchmark
+    "pathco": ["--max_rounds", "2", "--revision", "prompt"],
     "beats": ["--branching", "2", "--width", "4", "--max_depth", "4", "--max_forward_steps", "2"],
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every inference method on the same 500 world test problems, one policy, one verifier, seed 0
 # (docs/results/inference_clean_world.md). P, V and O override the policy, verifier and output folder.
+# StepCo's θ and revision are given as these runs had them (their defaults are now chosen: auto).
 #
 # LINEUP=noisy runs the noisy-teacher world's lineup instead (docs/results/inference_noisy_world.md, "Figures on the noisy-teacher
 # world" under Inference methods): policy outputs/sft_noisy, verifier outputs/psv_mc_a, only the
@@ -19,10 +20,10 @@ $E --method greedy --out $O/greedy
 $E --method self_consistency --n 10 --out $O/sc10
 $E --method best_of_n --n 10 --verifier $V --out $O/bon10
 if [ "${LINEUP:-}" = noisy ]; then
-  $E --method stepco --max_rounds 5 --revision resample --verifier $V --out $O/stepco_resample
+  $E --method stepco --max_rounds 5 --revision resample --threshold 0.5 --verifier $V --out $O/stepco_resample
   $E --method pathco --max_rounds 5 --revision resample --verifier $V --out $O/pathco_resample
   $E --method best_of_n --n 10 --verifier exact --out $O/bon10_exact_ref
-  $E --method stepco --max_rounds 5 --revision resample --verifier exact --out $O/stepco_resample_exact_ref
+  $E --method stepco --max_rounds 5 --revision resample --threshold 0.5 --verifier exact --out $O/stepco_resample_exact_ref
   $E --method best_of_n --n 10 --verifier step-confidence:$P --out $O/bon10_stepconf
   $E --method stepco --max_rounds 5 --revision resample --threshold $TC --verifier step-confidence:$P \
     --out $O/stepco_resample_stepconf
@@ -30,10 +31,10 @@ if [ "${LINEUP:-}" = noisy ]; then
   $E --method stepco --max_rounds 5 --revision resample --threshold $TL --verifier $VL --out $O/stepco_resample_steplik
   exit 0
 fi
-$E --method stepco --max_rounds 5 --verifier $V --out $O/stepco_prompt
-$E --method stepco --max_rounds 5 --revision resample --verifier $V --out $O/stepco_resample
-$E --method pathco --max_rounds 5 --verifier $V --out $O/pathco
-$E --method stepco --max_rounds 5 --verifier exact --out $O/stepco_exact_ref
-$E --method stepco --max_rounds 5 --revision resample --verifier exact --out $O/stepco_resample_exact_ref
+$E --method stepco --max_rounds 5 --revision prompt --threshold 0.5 --verifier $V --out $O/stepco_prompt
+$E --method stepco --max_rounds 5 --revision resample --threshold 0.5 --verifier $V --out $O/stepco_resample
+$E --method pathco --max_rounds 5 --revision prompt --verifier $V --out $O/pathco
+$E --method stepco --max_rounds 5 --revision prompt --threshold 0.5 --verifier exact --out $O/stepco_exact_ref
+$E --method stepco --max_rounds 5 --revision resample --threshold 0.5 --verifier exact --out $O/stepco_resample_exact_ref
 $E --method best_of_n --n 10 --verifier exact --out $O/bon10_exact_ref
 $E --method beats --out $O/beats

@@ -9,7 +9,9 @@ beats) or any importable module (a dotted path) with a `Config` dataclass and
 `run(problems, tracker, config)`. Every field of the method's `Config` is a flag
 (`--threshold 0.5 --max_rounds 5 --n 8 --aggregation mean ...`); `--method M --help` lists them with
 their docstrings. A field whose name is also a harness flag (e.g. `batch_size`) is
-`--method_<name>`.
+`--method_<name>`. StepCo's `--revision` and `--threshold` default to `auto`, chosen before the run
+by `inference.chosen_settings` (the revise prompt only for a policy taught it; θ calibrated on the
+world's dev split and kept only if StepCo beats its first paths there) and recorded as `chosen`.
 
 `D` is `world` (the world's test split as `rl.sft` builds it: `--n_world` problems with
 `--world_seed`, in the world the policy was trained on; `world:dev` for another split), a benchmark
@@ -277,7 +279,7 @@ def method_flags(module: types.ModuleType) -> type:
     taken = {f.name for f in dataclasses.fields(EvalArguments)} | {"config"}
     hints = typing.get_type_hints(module.Config)
     docs = field_docs(module.Config)
-    specs, names = [], {}
+    specs, names, auto = [], {}, set()
     for f in dataclasses.fields(module.Config):
         if not f.init:
             continue
@@ -288,11 +290,26 @@ def method_flags(module: types.ModuleType) -> type:
             kwargs["default_factory"] = f.default_factory
         name = f"method_{f.name}" if f.name in taken else f.name
         names[name] = f.name
-        specs.append((name, hints[f.name], field(**kwargs)))
+        hint = hints[f.name]
+        if f.metadata.get("auto"):  # a number or 'auto' (None in the Config: chosen by the harness)
+            hint, kwargs["default"] = str, "auto" if f.default is None else str(f.default)
+            auto.add(name)
+        specs.append((name, hint, field(**kwargs)))
     flags = dataclasses.make_dataclass(f"{module.Config.__name__}Flags", specs)
     flags._argument_group_name = f"method options ({method_name(module)})"
     flags.config_name = names
+    flags.auto_flags = auto
     return flags
+
+
+def _auto_number(flag: str, value: Any) -> float | None:
+    """A flag that takes a number or 'auto' (None: left to `inference.chosen_settings`)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise EvaluationError(f"--{flag} must be a number or auto, got {value!r}") from None
 
 
 def _parser(flag_types: tuple[type, ...], module: types.ModuleType | None):
@@ -324,6 +341,22 @@ def _read_yaml(path: str) -> dict[str, Any]:
     return values
 
 
+def _check_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """An EvaluationError naming the first flag the parser does not take, with the closest one it does
+    (`reasoning.flag_names`), instead of argparse's whole usage. A unique prefix of a flag is taken,
+    as argparse takes it."""
+    from reasoning.flag_names import did_you_mean
+
+    known = [s for s in parser._option_string_actions if s.startswith("--")]
+    for token in argv:
+        if token == "--" or not token.startswith("--"):
+            continue
+        name = token.split("=", 1)[0]
+        if name in known or len([k for k in known if k.startswith(name)]) == 1:
+            continue
+        raise EvaluationError(f"unknown flag {name}{did_you_mean(name, [k[2:] for k in known])}")
+
+
 def parse_args(argv: Sequence[str] | None = None) -> tuple[EvalArguments, types.ModuleType, Any]:
     """(harness arguments, method module, method Config) from the command line and `--config`.
 
@@ -332,6 +365,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[EvalArguments, types.
     SystemExit(2) with argparse's message for a bad flag or value, EvaluationError for a bad recipe
     or a value the dataclasses reject.
     """
+    from reasoning.flag_names import did_you_mean
+
     argv = list(sys.argv[1:] if argv is None else argv)
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--config", default=None)
@@ -344,11 +379,13 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[EvalArguments, types.
     method_spec = known.method or recipe.get("method")
     if method_spec is None:
         parser = _parser((EvalArguments,), None)
+        _check_flags(parser, argv)
         parser.parse_args(argv)  # --help, or the message for missing --method
         parser.error("the following arguments are required: --method")
     module = load_method(method_spec)
     flags = method_flags(module)
     parser = _parser((EvalArguments, flags), module)
+    _check_flags(parser, argv)
     where = f"--config {known.config}"
     defaults = dict(recipe)
     options = defaults.pop("method_options", {})
@@ -357,11 +394,14 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[EvalArguments, types.
     by_field = {v: k for k, v in flags.config_name.items()}
     for k, v in options.items():
         if k not in by_field:
-            raise EvaluationError(f"{where}: method {method_name(module)} has no option {k!r}")
+            raise EvaluationError(f"{where}: method {method_name(module)} has no option {k!r}"
+                                  + did_you_mean(str(k), list(by_field), prefix=""))
         defaults[by_field[k]] = v
     unknown = parser.set_defaults_with_config(**defaults)
     if unknown:
-        raise EvaluationError(f"{where}: unknown option {unknown[0].lstrip('-')!r}")
+        name = unknown[0].lstrip("-")
+        known = [s[2:] for s in parser._option_string_actions if s.startswith("--")]
+        raise EvaluationError(f"{where}: unknown option {name!r}" + did_you_mean(name, known, prefix=""))
     try:
         args, parsed, rest = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True,
                                                                 look_for_args_file=False)
@@ -371,7 +411,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[EvalArguments, types.
         raise EvaluationError(str(e)) from None
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    values = {flags.config_name[k]: v for k, v in dataclasses.asdict(parsed).items()}
+    values = {flags.config_name[k]: _auto_number(k, v) if k in flags.auto_flags else v
+              for k, v in dataclasses.asdict(parsed).items()}
     try:
         config = module.Config(**values)
     except (TypeError, ValueError) as e:
@@ -638,6 +679,11 @@ def evaluate(
         config = module.Config()
     if not isinstance(config, module.Config):
         raise EvaluationError(f"config is a {type(config).__name__}, not {module.__name__}.Config")
+    from inference.methods.stepco import RevisionConfig, unresolved
+
+    if isinstance(config, RevisionConfig) and unresolved(config):
+        raise EvaluationError(f"{', '.join(unresolved(config))}: choose them first (inference.chosen_settings."
+                              "choose_settings, as the command line does) or give the method numbers")
     if chunk_size < 1:
         raise EvaluationError(f"chunk_size must be >= 1, got {chunk_size}")
     problems = list(problems)
@@ -857,6 +903,12 @@ def run_from_args(args: EvalArguments, module: types.ModuleType, config: Any) ->
             check_model_folder("--policy", args.policy)
         except ModelFilesError as err:
             raise EvaluationError(str(err)) from None
+    from inference.chosen_settings import ChoiceError, check_settings, choose_settings
+
+    try:  # StepCo's revision and θ left to auto: what cannot be used or chosen is said before anything loads
+        check_settings(config, args.policy, args.dataset, args.verifier)
+    except ChoiceError as err:
+        raise EvaluationError(str(err)) from None
     backend_kwargs = args.backend_kwargs()
     if args.backend == "openai":
         check_server(args.policy, backend_kwargs)
@@ -896,6 +948,14 @@ def run_from_args(args: EvalArguments, module: types.ModuleType, config: Any) ->
     if not args.chat_template:  # recorded only when off, so runs from before the flag still resume
         run_info["chat_template"] = False
     try:
+        from reasoning.world import world_config_of
+
+        config, chosen = choose_settings(
+            module, config, policy=args.policy, verifier_spec=args.verifier, generator=generator, verifier=verifier,
+            world_config=world_config_of(args.policy if Path(args.policy).is_dir() else None),
+            world_seed=args.world_seed, out_dir=args.out, batch_size=args.verifier_batch_size)
+        if chosen is not None:
+            run_info["chosen"] = chosen
         return evaluate(module, problems, generator, verifier, config, args.out, chunk_size=args.chunk_size,
                         run_info=run_info, verifier_is_reference=args.verifier == "exact", overwrite=args.overwrite,
                         quiet=args.quiet, bootstrap_samples=args.bootstrap_samples)

@@ -440,6 +440,26 @@ WORLD_FILES = ("world_config.json", "teacher.json")
 """What `rl.sft` writes beside a world policy's weights: its world, and the teacher that taught it."""
 
 
+def taught_tasks(policy_dir: str | Path | None) -> list[str] | None:
+    """The corpus tasks a world policy was taught (`reasoning.corpora.TASKS`: "solve", "revise", ...),
+    as `rl.sft` records them in `teacher.json` (`tasks`; a policy trained before that field existed:
+    `eval.json`'s `corpus_tasks`, tasks of weight > 0). None when unknown: no such folder (a Hub id,
+    a served model), a model trained outside `rl.sft`, or files that do not say."""
+    if not policy_dir or not Path(policy_dir).is_dir():
+        return None
+    for name, key in (("teacher.json", "tasks"), ("eval.json", "corpus_tasks")):
+        path = Path(policy_dir) / name
+        try:
+            value = json.loads(path.read_text()).get(key) if path.is_file() else None
+        except (OSError, ValueError, AttributeError):
+            value = None
+        if isinstance(value, dict):
+            value = [k for k, w in value.items() if isinstance(w, (int, float)) and w > 0]
+        if isinstance(value, list) and all(isinstance(t, str) for t in value):
+            return sorted(value)
+    return None
+
+
 def carry_world_files(source_policy: str | Path | None, target_dir: str | Path) -> list[str]:
     """Copy a policy's world files into a model trained from it (PPO, RFT), so that evaluating the
     new model on "its world" (`world_config_of`) reads the same problems. Returns the names copied."""

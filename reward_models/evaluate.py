@@ -520,6 +520,19 @@ def _skipped(reasons: Sequence[tuple[str, str] | None]) -> dict[str, Any]:
     return {"total": sum(counts.values()), "reasons": dict(counts.most_common()), "examples": examples}
 
 
+def calibrate_on_items(verifier, items: Sequence[PathItem], batch_size: int = 32,
+                       rule: str = "threshold") -> dict[str, Any]:
+    """`--calibrate-on`: score held-apart paths with their exact earliest errors and pick the
+    threshold that maximises ProcessBench F1 there (`calibrate_threshold`). Returns `threshold`, that
+    `f1`, `n` (the paths the step metric counts) and `skipped` (paths the verifier could not score).
+    Also what `inference.chosen_settings` calibrates StepCo's θ with."""
+    scores, reasons = score_items(verifier, items, batch_size)
+    s, g, _ = step_metric_inputs(items, scores)
+    threshold = calibrate_threshold(s, g, rule=rule)
+    metrics = processbench_metrics(earliest_error_predictions(s, threshold, rule), g)
+    return {"threshold": threshold, "f1": metrics["f1"], "n": metrics["n"], "skipped": _skipped(reasons)}
+
+
 def evaluate(args: EvalArguments) -> dict[str, Any]:
     """Load, sample (world), score, calibrate, measure; returns the summary and writes `args.out`."""
     from inference.backends.model_files import check_model_path
@@ -556,12 +569,9 @@ def evaluate(args: EvalArguments) -> dict[str, Any]:
         result.update(limit=args.limit, limit_strategy=args.limit_strategy)
     threshold = args.threshold if args.threshold is not None else DEFAULT_THRESHOLD[args.rule]
     if dev is not None:
-        dev_scores, dev_reasons = score_items(verifier, dev.items, args.batch_size)
-        s, g, _ = step_metric_inputs(dev.items, dev_scores)
-        threshold = calibrate_threshold(s, g, rule=args.rule)
-        dev_metrics = processbench_metrics(earliest_error_predictions(s, threshold, args.rule), g)
-        result["calibration"] = {"data": args.calibrate_on, "f1": dev_metrics["f1"], "n": dev_metrics["n"],
-                                 "skipped": _skipped(dev_reasons)}
+        calibration = calibrate_on_items(verifier, dev.items, args.batch_size, args.rule)
+        threshold = calibration.pop("threshold")
+        result["calibration"] = {"data": args.calibrate_on, **calibration}
     tokens_before = verifier.tokens_used
     scores, reasons = score_items(verifier, test.items, args.batch_size, progress=True)
     result["verifier_tokens"] = verifier.tokens_used - tokens_before

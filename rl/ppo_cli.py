@@ -14,6 +14,7 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
+from reasoning.flag_names import closest
 from rl.ppo_config import ConfigError, StepPPOConfig
 from rl.setting_names import EARLIER_NAMES, Deprecations, current_name, translate_argv, translate_settings
 from rl.tracking import report_to
@@ -67,10 +68,8 @@ def _parser(types: tuple[type, ...]):
 
 
 def difflib_match(name: str, names) -> str | None:
-    import difflib
-
-    match = difflib.get_close_matches(name, list(names), n=1, cutoff=0.6)
-    return match[0] if match else None
+    """The closest of `names` to `name` (`reasoning.flag_names.closest`, shared by every command line)."""
+    return closest(name, names)
 
 
 def _close(name: str, names) -> str:

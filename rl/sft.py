@@ -22,6 +22,7 @@ from trl import SFTConfig
 
 from inference.backends.hf import HFGenerator
 from reasoning.corpora import TASKS, build_corpus, parse_teacher_noise
+from reasoning.flag_names import did_you_mean
 from reasoning.threads import one_thread_unless_told
 from reasoning.tokenizer import train_tokenizer
 from reasoning.world import WorldConfig, generate, row_to_problem
@@ -204,7 +205,9 @@ def run(args: WorldSFTArguments, training_args) -> dict:
         trainer.save_model(str(out))
         tokenizer.save_pretrained(str(out))
         (out / "world_config.json").write_text(json.dumps(asdict(world), indent=2))
+        task_weights = args.task_weights()  # `tasks`: what the policy was taught (StepCo's revision=auto reads it)
         (out / "teacher.json").write_text(json.dumps({"teacher_noise": parse_teacher_noise(args.teacher_noise),
+                                                      "tasks": sorted(k for k, w in task_weights.items() if w > 0),
                                                       "corpus_misread_rows": dict(misread_rows)}, indent=2))
     result: dict = {}
     if trainer.accelerator.is_main_process:
@@ -240,15 +243,13 @@ def run(args: WorldSFTArguments, training_args) -> dict:
 
 def flag_error(message: str, types) -> str:
     """A parser's error as one line, with the closest known flag to the first unknown one."""
-    import difflib
     import re
     from dataclasses import fields
 
     message = " ".join(message.split(". Please remove them")[0].split())
     unknown = re.findall(r"'--([\w-]+)'", message) or re.findall(r"(?:arguments|argument): --([\w-]+)", message)
     names = [f.name for t in types for f in fields(t)]
-    match = difflib.get_close_matches(unknown[0], names, n=1, cutoff=0.6) if unknown else []
-    return message + (f"; did you mean --{match[0]}?" if match else "")
+    return message + (did_you_mean(unknown[0], names) if unknown else "")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -276,3 +276,10 @@ def test_heartbeat_shows_a_jobs_progress_and_falls_back_to_its_log(tmp_path, cap
     assert "ppo_b: loading the policy" in err
     assert "eval_c: loading the policy" in err
     assert "ppo_a: loading the policy" not in err
+
+
+def test_a_revision_loop_left_to_auto_is_refused_by_compare():
+    """StepCo's and PathCo's `auto` settings are chosen by the evaluation CLI; a compare recipe gives them."""
+    with pytest.raises(config.CompareError, match="eval.methods.pathco: give revision"):
+        config.load_config(None, sets=["eval.methods.pathco.max_rounds=2"])
+    assert config.load_config(None, sets=["eval.methods.pathco.revision=resample"]).eval.methods["pathco"]

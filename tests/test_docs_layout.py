@@ -51,6 +51,24 @@ def test_quick_start_keeps_its_two_commands():
         assert f"\n{command}\n" in quick, f"the Quick start lost `{command}`"
 
 
+QUICK_START_BUILDS = ("outputs/sft_tiny",)
+"""What command 1 of the Quick start leaves on disk that an evaluation can name (its policy)."""
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/inference.md"])
+def test_the_headline_evaluation_runs_on_what_the_quick_start_builds(page):
+    """The first `inference.evaluate` command of the page names only folders the Quick start builds
+    (a later, optional policy or PSV comes with the commands that build it)."""
+    text = (ROOT / page).read_text()
+    start = text.index("```bash\npython -m inference.evaluate")
+    command = text[start: text.index("```", start + 3)]
+    folders = set(re.findall(r"outputs/[\w.-]+", command))
+    assert folders and folders <= set(QUICK_START_BUILDS), f"{page}: the headline command names {sorted(folders)}"
+    for later in re.findall(r"outputs/[\w.-]+", text):
+        if later not in QUICK_START_BUILDS and page == "docs/inference.md":
+            assert f"--output_dir {later}" in text, f"{page} names {later} without the command that builds it"
+
+
 @pytest.mark.parametrize("page", pages(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_relative_link_points_at_a_file(page):
     assert not broken_links(page), "links to files that do not exist:\n" + "\n".join(broken_links(page))

@@ -222,6 +222,8 @@ def test_best_of_n_falls_back_to_majority_when_nothing_scores():
 
 
 Q = "Tom has 3 apples and buys 4. How many?"
+PAPER = {"threshold": 0.5, "revision": "prompt"}
+"""The paper's settings; the defaults (`auto`) are chosen by the harness (`inference.chosen_settings`)."""
 
 
 def test_stepco_splices_kept_steps_verbatim_and_stops_when_all_pass():
@@ -232,7 +234,7 @@ def test_stepco_splices_kept_steps_verbatim_and_stops_when_all_pass():
     reply = path("He buys 4 so 3 + 4 = 7.", "The answer is <ans>7</ans>.")
     gen = ScriptedGenerator({solve_prompt(Q): join_steps(initial), revise_prompt(Q, initial, 2, 0.0): reply})
     verifier = ScriptedVerifier()
-    out = stepco.run([p], tracker_for(gen, 1, verifier), stepco.Config())[0]
+    out = stepco.run([p], tracker_for(gen, 1, verifier), stepco.Config(**PAPER))[0]
     final = out.trace["rounds"][-1]["steps"]
     assert final == ["Tom has 3 apples.", "He buys 4 so 3 + 4 = 7.", "The answer is <ans>7</ans>."]
     assert out.prediction == "7" and out.trace["stopped"] == "accepted" and out.trace["revisions"] == 1
@@ -266,7 +268,7 @@ def test_stepco_revision_index_never_moves_backwards():
         revise_prompt(Q, v0, 2, 0.0): join_steps(v1[1:]),
         revise_prompt(Q, v1, 2, 1.0): join_steps(v2[1:]),
     })
-    out = stepco.run([p], tracker_for(gen, 1, verifier), stepco.Config())[0]
+    out = stepco.run([p], tracker_for(gen, 1, verifier), stepco.Config(**PAPER))[0]
     rounds = out.trace["rounds"]
     assert [e["revised_index"] for e in rounds] == [None, 2, 2]
     assert rounds[1]["scores"][0] == 0.2  # step 1 was rejected, yet it is kept
@@ -284,7 +286,7 @@ def test_stepco_index_moves_forward():
         revise_prompt(Q, v0, 1, 0.0): join_steps(v1),
         revise_prompt(Q, v1, 2, 0.0): join_steps(v2[1:]),
     })
-    out = stepco.run([p], tracker_for(gen, 1, ScriptedVerifier()), stepco.Config())[0]
+    out = stepco.run([p], tracker_for(gen, 1, ScriptedVerifier()), stepco.Config(**PAPER))[0]
     assert [e["revised_index"] for e in out.trace["rounds"]] == [None, 1, 2]
     assert out.trace["rounds"][-1]["steps"] == v2 and out.prediction == "3"
 
@@ -297,14 +299,14 @@ def test_stepco_stops_after_max_rounds_and_verify_final():
     for verify_final, verifier_calls in ((True, 4), (False, 3)):
         verifier = ScriptedVerifier()
         gen.calls.clear()
-        cfg = stepco.Config(max_rounds=3, verify_final=verify_final)
+        cfg = stepco.Config(**PAPER, max_rounds=3, verify_final=verify_final)
         out = stepco.run([p], tracker_for(gen, 1, verifier), cfg)[0]
         assert out.trace["stopped"] == "max_rounds" and out.trace["revisions"] == 3
         assert len(out.trace["rounds"]) == 4 and len(gen.calls) == 4
         assert len(verifier.calls) == verifier_calls
         assert (out.trace["rounds"][-1]["scores"] is None) == (not verify_final)
         assert out.prediction == "1" and out.usage.llm_calls == 4 and out.usage.verifier_calls == verifier_calls
-    out = stepco.run([p], tracker_for(gen, 1, ScriptedVerifier()), stepco.Config(max_rounds=0))[0]
+    out = stepco.run([p], tracker_for(gen, 1, ScriptedVerifier()), stepco.Config(**PAPER, max_rounds=0))[0]
     assert out.trace["revisions"] == 0 and out.trace["stopped"] == "max_rounds"
 
 
@@ -320,7 +322,7 @@ def test_stepco_unusable_truncated_and_unverifiable_paths_are_counted():
         revise_prompt("Cut question?", c0, 1, 0.0): Reply("<Step> c1 fixed", "length"),
     })
     verifier = ScriptedVerifier()
-    out = stepco.run(probs, tracker_for(gen, 3, verifier), stepco.Config(max_rounds=2))
+    out = stepco.run(probs, tracker_for(gen, 3, verifier), stepco.Config(**PAPER, max_rounds=2))
     # problem 0: the previous path and its scores are kept (not re-scored); tries again each round
     f0 = Counter(out[0].flags)
     assert f0["revision_unusable"] == 2 and f0["empty_output"] == 2
@@ -342,7 +344,7 @@ def test_stepco_resample_mode_continues_the_kept_steps():
     v0 = ["s1", "s2 BAD", "<ans>1</ans>"]
     gen = ScriptedGenerator({solve_prompt(Q): join_steps(v0),
                              solve_prompt(Q, ["s1"]): join_steps(["s2 ok", "<ans>2</ans>"])})
-    cfg = stepco.Config(revision="resample", resample_temperature=0.9, seed=5)
+    cfg = stepco.Config(threshold=0.5, revision="resample", resample_temperature=0.9, seed=5)
     out = stepco.run([p], tracker_for(gen, 1, ScriptedVerifier()), cfg)[0]
     assert out.prediction == "2" and out.trace["rounds"][-1]["steps"] == ["s1", "s2 ok", "<ans>2</ans>"]
     assert gen.calls[0][1].temperature == 0.0 and (gen.calls[1][1].temperature, gen.calls[1][1].seed) == (0.9, 6)
@@ -358,7 +360,7 @@ def test_stepco_token_attribution_per_problem():
     fixed = join_steps(["s2 ok", "<ans>3</ans>"])
     gen = ScriptedGenerator({solve_prompt(Q): join_steps(v0), revise: fixed, solve_prompt("Short?"): join_steps(ok)})
     verifier = ScriptedVerifier()
-    out = stepco.run(probs, tracker_for(gen, 2, verifier), stepco.Config())
+    out = stepco.run(probs, tracker_for(gen, 2, verifier), stepco.Config(**PAPER))
     assert out[0].usage.prompt_tokens == len(solve_prompt(Q).split()) + len(revise.split())
     assert out[0].usage.completion_tokens == len(join_steps(v0).split()) + len(fixed.split())
     assert out[1].usage.prompt_tokens == len(solve_prompt("Short?").split()) and out[1].usage.llm_calls == 1
@@ -407,7 +409,7 @@ def test_stepco_rounds_record_their_tokens_and_they_add_up_to_the_usage():
                              solve_prompt("Short?"): join_steps(["fine", "<ans>2</ans>"]),
                              solve_prompt("Stuck?"): join_steps(s0), revise_prompt("Stuck?", s0, 1, 0.0): ""})
     verifier = ScriptedVerifier()
-    out = stepco.run(probs, tracker_for(gen, 3, verifier), stepco.Config(max_rounds=2))
+    out = stepco.run(probs, tracker_for(gen, 3, verifier), stepco.Config(**PAPER, max_rounds=2))
     for o in out:
         rounds = o.trace["rounds"]
         assert _sums(rounds, "prompt_tokens", "completion_tokens", "verifier_tokens") == (
@@ -431,7 +433,7 @@ def test_stepco_with_exact_verifier_corrects_a_wrong_path():
         script[revise_prompt(r["question"], wrong, k, 0.0)] = join_steps(r["steps"][k - 1 :])
     problems = blind([row_to_problem(r) for r in rows])
     gen = ScriptedGenerator(script)
-    out = stepco.run(problems, tracker_for(gen, 3, ExactVerifier.from_rows(rows)), stepco.Config())
+    out = stepco.run(problems, tracker_for(gen, 3, ExactVerifier.from_rows(rows)), stepco.Config(**PAPER))
     for r, o in zip(rows, out):
         assert not is_correct(o.trace["rounds"][0]["steps"][-1].split("<ans>")[1].split("</ans>")[0], r["answer"])
         assert is_correct(o.prediction, r["answer"]), o.trace
@@ -453,14 +455,14 @@ def test_pathco_revises_the_whole_path_on_a_low_mean():
         revise_prompt(Q, low, 1, 0.25): join_steps(new),
         solve_prompt("Other?"): join_steps(passing),
     })
-    out = pathco.run(probs, tracker_for(gen, 2, ScriptedVerifier()), pathco.Config())
+    out = pathco.run(probs, tracker_for(gen, 2, ScriptedVerifier()), pathco.Config(revision="prompt"))
     assert [e["revised_index"] for e in out[0].trace["rounds"]] == [None, 1]
     assert out[0].trace["rounds"][-1]["steps"] == new and out[0].prediction == "2"
     assert out[1].trace["revisions"] == 0 and out[1].trace["stopped"] == "accepted" and out[1].prediction == "4"
     # StepCo on the same passing path would revise step 2
     gen2 = ScriptedGenerator({solve_prompt("Other?"): join_steps(passing),
                               revise_prompt("Other?", passing, 2, 0.0): join_steps(["t2 ok", "<ans>5</ans>"])})
-    assert stepco.run([probs[1]], tracker_for(gen2, 1, ScriptedVerifier()), stepco.Config())[0].prediction == "5"
+    assert stepco.run([probs[1]], tracker_for(gen2, 1, ScriptedVerifier()), stepco.Config(**PAPER))[0].prediction == "5"
 
 
 def test_pathco_resample_draws_a_fresh_path():
@@ -478,8 +480,16 @@ def test_no_problems_no_calls(name):
     gen, verifier = ScriptedGenerator({}), ScriptedVerifier()
     module = {"greedy": greedy, "self_consistency": self_consistency, "best_of_n": best_of_n,
               "stepco": stepco, "pathco": pathco}[name]
-    assert module.run([], tracker_for(gen, 0, verifier), module.Config()) == []
+    chosen = {"stepco": PAPER, "pathco": {"revision": "prompt"}}.get(name, {})  # `auto` is the harness's to choose
+    assert module.run([], tracker_for(gen, 0, verifier), module.Config(**chosen)) == []
     assert gen.calls == [] and verifier.calls == []
+
+
+@pytest.mark.parametrize("module", [stepco, pathco])
+def test_revision_and_threshold_left_to_auto_are_refused_by_the_method_itself(module):
+    assert module.Config().revision == "auto"
+    with pytest.raises(ValueError, match="revision=auto.*inference.evaluate"):
+        module.run([problem(0, Q)], tracker_for(ScriptedGenerator({}), 1, ScriptedVerifier()), module.Config())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -509,7 +519,7 @@ CONFIGS = {
     "best_of_n": best_of_n.Config(n=3, max_new_tokens=24, aggregation="min"),
     # sampled initial paths: the untrained model's greedy output is blank, which would stop the
     # loop before any verification
-    "stepco": stepco.Config(max_rounds=2, max_new_tokens=24, temperature=1.0),
+    "stepco": stepco.Config(**PAPER, max_rounds=2, max_new_tokens=24, temperature=1.0),
     "pathco": pathco.Config(max_rounds=2, max_new_tokens=24, temperature=1.0, revision="resample"),
 }
 MODULES = {"greedy": greedy, "self_consistency": self_consistency, "best_of_n": best_of_n,
@@ -570,7 +580,8 @@ def test_stepco_and_pathco_share_the_revision_loops_settings():
 
     loop = [(f.name, f.default) for f in dataclasses.fields(stepco.RevisionConfig)]
     assert issubclass(stepco.Config, stepco.RevisionConfig) and issubclass(pathco.Config, stepco.RevisionConfig)
-    assert [(f.name, f.default) for f in dataclasses.fields(stepco.Config)] == loop
+    # StepCo's step θ alone defaults to auto (None: calibrated by the harness); PathCo's path θ stays 0.5
+    assert [(f.name, f.default) for f in dataclasses.fields(stepco.Config)] == [("threshold", None), *loop[1:]]
     assert [(f.name, f.default) for f in dataclasses.fields(pathco.Config)] == [*loop, ("aggregation", "mean")]
     for config in (stepco.Config, pathco.Config):
         with pytest.raises(ValueError, match="revision must be one of"):

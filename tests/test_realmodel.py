@@ -197,7 +197,8 @@ def test_math_shepherd_adapter_reads_its_step_tags(smollm2, annotation):
 @pytest.mark.parametrize("method, extra", [
     ("greedy", []),
     ("best_of_n", ["--n", "2", "--temperature", "0.8"]),
-    ("stepco", ["--max_rounds", "1", "--threshold", "0.99"]),  # θ above the PSV's scores: one revision
+    # θ above the PSV's scores: one revision, by the feedback prompt (the policy's tasks are unknown, so allowed)
+    ("stepco", ["--max_rounds", "1", "--threshold", "0.99", "--revision", "prompt"]),
 ])
 def test_evaluate_methods_on_gsm8k(method, extra, smollm2, psv, data_dir, tmp_path, capsys):
     from inference import evaluate as ev

@@ -24,6 +24,9 @@ def test_sft_tiny_run(tmp_path):
     assert result["n"] == 8 and 0.0 <= result["greedy_accuracy"] <= 1.0
     assert result["correct"] == round(result["greedy_accuracy"] * 8)
     assert result["world_config"]["max_steps"] >= 1
+    from reasoning.world import taught_tasks  # StepCo's revision=auto reads what the policy was taught
+
+    assert json.loads((out / "teacher.json").read_text())["tasks"] == ["explore", "solve"] == taught_tasks(out)
     rows = [json.loads(line) for line in (out / "eval_rows.jsonl").read_text().splitlines()]
     assert len(rows) == 8 and all("error_kind" in r for r in rows)
     assert (out / "model.safetensors").exists()

@@ -98,3 +98,40 @@ def test_declared_dependencies_are_the_imported_ones():
     imported = _imported_distributions()
     assert imported - required - extras == set(), "imported but not declared"
     assert required - imported == set(), "declared but never imported"
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--method", "greedy", "--dataset", "world", "--policy", "p", "--out", "o", "--limt", "3"],
+     "error: unknown flag --limt; did you mean --limit?\n"),
+    (["--method", "stepco", "--dataset", "world", "--policy", "p", "--out", "o", "--treshold=0.2"],
+     "error: unknown flag --treshold; did you mean --threshold?\n"),
+    (["--metod", "greedy", "--dataset", "world"], "error: unknown flag --metod; did you mean --method?\n"),
+    (["--method", "greedy", "--zzzzzz"], "error: unknown flag --zzzzzz\n"),
+])
+def test_evaluate_unknown_flag_is_one_line_with_the_closest_flag(argv, expected, capsys):
+    from inference import evaluate
+
+    assert evaluate.main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err == expected and "usage" not in captured.out + captured.err
+
+
+def test_did_you_mean_is_one_helper_for_every_command_line():
+    from reasoning.flag_names import closest, did_you_mean
+    from rl import ppo_cli
+
+    assert did_you_mean("--rewrad", ["reward", "beta"]) == "; did you mean --reward?"
+    assert did_you_mean("qqq", ["reward"]) == "" and closest("qqq", ["reward"]) is None
+    assert ppo_cli.difflib_match("kl_cof", ["kl_coef", "beta"]) == "kl_coef"
+
+
+def test_evaluate_recipe_typos_get_the_closest_option_too(tmp_path, capsys):
+    from inference import evaluate
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("method: stepco\nmax_roundz: 2\n")
+    assert evaluate.main(["--config", str(recipe), "--dataset", "world", "--policy", "p", "--out", "o"]) == 2
+    _one_line_error(capsys.readouterr().err, "unknown option 'max_roundz'; did you mean max_rounds?")
+    recipe.write_text("method: stepco\nmethod_options:\n  treshold: 0.2\n")
+    assert evaluate.main(["--config", str(recipe), "--dataset", "world", "--policy", "p", "--out", "o"]) == 2
+    _one_line_error(capsys.readouterr().err, "has no option 'treshold'; did you mean threshold?")

@@ -40,6 +40,6 @@ class Config(RevisionConfig):
 def run(problems: list[Problem], tracker: Tracker, config: Config) -> list[MethodOutput]:
     def whole_path(scores: list[float], floor: int) -> tuple[int, float] | None:
         value = aggregate(scores, config.aggregation)
-        return None if value >= config.threshold else (1, value)
+        return None if value >= (config.threshold if config.threshold is not None else 0.0) else (1, value)
 
     return verify_and_revise(problems, tracker, config, whole_path)

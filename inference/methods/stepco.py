@@ -15,6 +15,13 @@ writes a path in `<Step>` tags (greedy by default). Then, for up to `max_rounds`
      completion is the new steps k..;
    - `revision="resample"`: the plain `solve_prompt` continued from the kept steps, sampled at
      `resample_temperature` (no feedback text; what a policy never trained on revision can do).
+   - `revision="auto"` (the default): chosen by the evaluation harness before anything loads
+     (`inference.chosen_settings`): `prompt` for a policy taught the revise format (`rl.sft --tasks
+     ...,revise=W`, recorded in its `teacher.json`), else `resample`.
+
+θ's default, None (`--threshold auto`), is also chosen by the harness: calibrated on held-apart
+problems as `reward_models.evaluate --calibrate-on` calibrates it, and kept only when StepCo at it
+beats its own first paths there; otherwise 0 (never revise). `run` itself takes only chosen values.
 
 The revision index never moves backwards: a later round whose first failing step lies inside the
 kept prefix (possible only with a verifier whose step scores depend on later steps) is clamped to
@@ -53,6 +60,8 @@ from reasoning.steps import prefix_text, split_steps
 from reasoning.types import Problem
 
 REVISIONS = ("prompt", "resample")
+AUTO = "auto"
+"""The `revision` (and, on the command line, `threshold`) left to `inference.chosen_settings`."""
 
 
 @dataclass
@@ -60,13 +69,15 @@ class RevisionConfig:
     """The settings of the verify-then-revise loop (`verify_and_revise`), shared by StepCo's and
     PathCo's `Config`."""
 
-    threshold: float = 0.5
-    """θ: a step (StepCo) or a path's aggregate score (PathCo) is accepted when it is at least this."""
+    threshold: float | None = 0.5
+    """θ: a step (StepCo) or a path's aggregate score (PathCo) is accepted when it is at least this (None:
+    left to the harness, StepCo's default)."""
     max_rounds: int = 5
     """T: the most verify-then-revise rounds (revisions) per problem."""
-    revision: str = "prompt"
-    """How the rejected part is regenerated: 'prompt' (StepCo's feedback prompt) or 'resample' (StepCo:
-    continue the kept steps; PathCo: a fresh sample)."""
+    revision: str = AUTO
+    """How the rejected part is regenerated: 'prompt' (StepCo's feedback prompt; needs a policy taught the
+    revise format), 'resample' (StepCo: continue the kept steps; PathCo: a fresh sample) or 'auto'
+    (the harness picks 'prompt' for a policy whose teacher.json lists the revise task, else 'resample')."""
     temperature: float = 0.0
     """Temperature of the initial path and of 'prompt' revisions (0: greedy)."""
     resample_temperature: float = 0.8
@@ -89,15 +100,26 @@ class RevisionConfig:
 class Config(RevisionConfig):
     """StepCo's settings: the loop's, with θ applied to each step's score."""
 
+    threshold: float | None = field(default=None, metadata={"auto": True})
+    """θ: a step is accepted when its score is at least this. None ('auto', the default): the harness
+    calibrates θ on held-apart problems (the world's dev split) and keeps it only when StepCo at it beats
+    its first paths there, else 0 (never revise)."""
+
 
 def check_loop_config(config: RevisionConfig) -> None:
     check_sampling_fields(config)
-    if config.revision not in REVISIONS:
-        raise ValueError(f"revision must be one of {REVISIONS}, got {config.revision!r}")
+    if config.revision not in (AUTO, *REVISIONS):
+        raise ValueError(f"revision must be one of {(AUTO, *REVISIONS)}, got {config.revision!r}")
     if config.max_rounds < 0:
         raise ValueError(f"max_rounds must be >= 0, got {config.max_rounds}")
-    if not 0.0 <= config.threshold <= 1.0:
+    if config.threshold is not None and not 0.0 <= config.threshold <= 1.0:
         raise ValueError(f"threshold must be in [0, 1], got {config.threshold}")
+
+
+def unresolved(config: RevisionConfig) -> list[str]:
+    """The settings still left to the harness ('auto'): what `run` cannot start with."""
+    return ([f"revision={AUTO}"] if config.revision == AUTO else []) + \
+        (["threshold=auto"] if config.threshold is None else [])
 
 
 Choose = Callable[[list[float], int], "tuple[int, float] | None"]
@@ -134,6 +156,9 @@ def verify_and_revise(problems: list[Problem], tracker: Tracker, config: Revisio
                       choose: Choose) -> list[MethodOutput]:
     """The verify-then-revise loop, batched over problems; `choose` decides where a path is revised."""
     check_loop_config(config)
+    if unresolved(config):
+        raise ValueError(f"{', '.join(unresolved(config))}: chosen by `python -m inference.evaluate` "
+                         "(inference.chosen_settings); give the method a revision and a threshold to run it directly")
     n = len(problems)
     initial = SamplingParams(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
                              top_p=config.top_p, n=1, seed=config.seed)
@@ -236,4 +261,4 @@ def _generation_tokens(c) -> dict[str, int]:
 
 def run(problems: list[Problem], tracker: Tracker, config: Config) -> list[MethodOutput]:
     return verify_and_revise(problems, tracker, config,
-                             lambda scores, floor: first_rejected(scores, config.threshold, floor))
+                             lambda scores, floor: first_rejected(scores, float(config.threshold or 0.0), floor))
