@@ -141,10 +141,12 @@ def test_every_launcher_runs_a_verifier_reward_with_a_critic_checkpoints_evaluat
 
 @needs_deepspeed
 def test_launchers_agree_on_the_policy_after_the_same_updates(float32_runs, models):
-    """DDP and ZeRO-2 reduce gradients in the same order and agree to the bit; ZeRO-3 partitions
-    the parameters and reduce-scatters, so its sums round differently. The tolerance, 1e-5 on
-    every weight, is 0.25% of how far a weight moved (Adam at lr 1e-3 for 4 steps: about 4e-3)
-    and about 50 times the largest difference measured (1.7e-7)."""
+    """DDP and ZeRO-2 reduce gradients in the same order and, with torch's CPU build, agree to the
+    bit; ZeRO-3 partitions the parameters and reduce-scatters, so its sums round differently. The
+    tolerance, 1e-5 on every weight, is 0.25% of how far a weight moved (Adam at lr 1e-3 for 4
+    steps: about 4e-3) and about 50 times the largest difference measured (1.7e-7). PyPI's torch
+    build (the CUDA one, on a CPU) rounds DDP and ZeRO-2 apart by one or two ulps (7.5e-9 at most,
+    8 of 11 tensors, measured on a PyPI-only set-up), so the bitwise check is the CPU build's."""
     from safetensors.torch import load_file
 
     start = load_file(str(models / "policy" / "model.safetensors"))
@@ -157,7 +159,10 @@ def test_launchers_agree_on_the_policy_after_the_same_updates(float32_runs, mode
     for name in ("zero2", "zero3"):
         diff = max((policies[name][k] - policies["ddp"][k]).abs().max().item() for k in start)
         assert diff <= 1e-5, (name, diff)
-    assert all(torch.equal(policies["zero2"][k], policies["ddp"][k]) for k in start)
+    if torch.__version__.endswith("+cpu"):
+        assert all(torch.equal(policies["zero2"][k], policies["ddp"][k]) for k in start)
+    else:
+        assert max((policies["zero2"][k] - policies["ddp"][k]).abs().max().item() for k in start) <= 1e-7
 
 
 @needs_deepspeed
