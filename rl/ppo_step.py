@@ -30,12 +30,14 @@ def main(argv: list[str] | None = None) -> int:
         check_inputs,
         check_prompt_sets,
         check_question_sets,
+        describe_problem_sets,
         load_critic,
         load_policy,
         load_probe_problems,
         load_reference,
         load_run_problems,
         load_verifier_for,
+        log,
     )
     from rl.ppo_trainer import StepPPOTrainer
     from rl.rewards import REWARDS
@@ -78,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     train, evaluation, probe = sets["train"], sets["eval"], sets["probe"]
+    if state.is_main_process:  # what the run trains on and what its reported change is measured on
+        for line in describe_problem_sets(args, train, evaluation):
+            log(line)
     from transformers import set_seed
 
     set_seed(args.seed)  # before any weight is made: LoRA matrices and a new value head come from it
@@ -92,7 +97,18 @@ def main(argv: list[str] | None = None) -> int:
     result = trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     if state.is_main_process:
         print(json.dumps({k: v for k, v in result.items() if not isinstance(v, dict)}))
+        print(wrote_line(args.output_dir))
     return 0
+
+
+def wrote_line(output_dir: str | None) -> str:
+    """The run's last line: where it wrote, and what (eval.json only when it evaluated)."""
+    from rl.run_dir import RunDir
+
+    run = RunDir(output_dir or ".")
+    names = [path.name for path in (run.eval, run.metrics) if path.exists()]
+    folders = [f"{path.name}/" for path in (run.policy, run.critic) if path.exists()]
+    return f"wrote {output_dir} ({', '.join([*names, *folders])})"
 
 
 if __name__ == "__main__":
