@@ -17,6 +17,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # `accelerate launch rl/ppo_step.py` runs this file as a script
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import rl.quiet_launch  # noqa: E402, F401  (first: it filters lines the libraries print when imported)
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 

@@ -103,3 +103,64 @@ def test_help_reads_as_written(capsys):
     assert "<class" not in text.lower() and "%%" not in text
     assert "  --warmup_steps float\n" in text and "  --gradient_checkpointing bool\n" in text
     assert "  --output_dir str|None\n" in text and "cost of\n        ~20% slower training" in text
+
+
+# ----------------------------------------------------------------------------------------------
+# the one-process command (`steprl-ppo`, README's command 1): nothing but the toolkit's lines
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+STEPRL_PPO = "import sys; from rl.ppo_step import main; sys.exit(main())"  # the console script's body
+
+
+def _steprl_ppo(argv, cwd):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-c", STEPRL_PPO, *argv], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_quiet_launch_drops_exactly_the_known_noise_lines():
+    import logging
+
+    import rl.quiet_launch  # noqa: F401
+
+    def shown(logger: str, message: str) -> bool:
+        return logging.getLogger(logger).filter(logging.LogRecord(logger, logging.WARNING, "x", 1, message, None,
+                                                                  None))
+
+    assert not shown("DeepSpeed", "Setting accelerator to CPU. If you have GPU or other accelerator, we were unable "
+                                  "to detect it.")
+    assert not shown("DeepSpeed", "Setting ds_accelerator to cpu (auto detect)")
+    assert shown("DeepSpeed", "Setting ds_accelerator to cuda (auto detect)")
+    assert shown("DeepSpeed", "Using torch.float32 for the optimizer states")
+    tied = "Removed shared tensor {'policy.lm_head.weight'} while saving. This should be OK, but check by verifying"
+    assert not shown("accelerate.utils.other", f"[RANK 0] {tied}") and not shown("accelerate.utils.other", tied)
+    assert shown("accelerate.utils.other", "[RANK 0] Removed shared tensor {'model.layers.0.mlp.weight'} while saving.")
+
+
+def test_steprl_ppo_says_bad_input_in_one_line_and_exits_2(tmp_path):
+    """The default policy, told not to build it: the toolkit's line alone, where `accelerate launch`
+    adds its defaults warning, a traceback and exit 1."""
+    done = _steprl_ppo(["--build_missing", "false", "--output_dir", str(tmp_path / "run")], tmp_path)
+    assert done.returncode == 2 and done.stdout == "", done.stdout + done.stderr
+    assert done.stderr == "error: --model_name_or_path outputs/sft_tiny: no such model directory\n", done.stderr
+
+
+def test_a_one_process_run_prints_no_deepspeed_or_tied_weight_noise(tmp_path):
+    from tests.tiny_world_policy import save_tiny_world_policy
+
+    policy = save_tiny_world_policy(tmp_path / "policy")
+    out = tmp_path / "run"
+    done = _steprl_ppo(["--model_name_or_path", str(policy), "--reward", "gold", "--build_missing", "false",
+                        "--output_dir", str(out), "--max_steps", "1", "--save_steps", "1", "--n_eval", "2",
+                        "--n_probe", "0", "--prompts_per_update", "2", "--max_completion_length", "8",
+                        "--disable_tqdm", "true", "--report_to", "none"], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (out / "checkpoint-1").is_dir()  # a checkpoint of the tied-weight policy was saved
+    for noise in ("Setting accelerator to CPU", "Setting ds_accelerator", "Removed shared tensor"):
+        assert noise not in done.stdout and noise not in done.stderr, noise
+    assert done.stdout.splitlines()[-1] == f"wrote {out} (eval.json, metrics.jsonl, policy/)"
