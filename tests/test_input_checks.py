@@ -148,6 +148,20 @@ def test_an_absent_relative_model_path_is_named_not_looked_up_on_the_hub(policy,
     assert not (tmp_path / "out").exists()
 
 
+def test_reward_model_clis_name_an_absent_relative_model_path_in_one_line(tmp_path, capsys, monkeypatch):
+    from reward_models import train as psv_train
+    from reward_models.annotate import cli as annotate_cli
+
+    monkeypatch.chdir(tmp_path)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"prompt": "Q?", "completions": ["a = 1"], "labels": [1.0]}) + "\n")
+    assert psv_train.main(["--data", str(rows), "--init_from", "outputs/sft_tiny", "--output_dir", "v"]) == 2
+    assert _one_line_error(capsys) == "error: --init_from outputs/sft_tiny: no such model directory"
+    assert annotate_cli.main(["--method", "mc", "--policy", "outputs/sft_tiny", "--data", "world", "--n", "2",
+                              "--out", "a.jsonl"]) == 2
+    assert _one_line_error(capsys) == "error: --policy outputs/sft_tiny: no such model directory"
+
+
 def test_rl_sft_names_an_absent_model_path_in_one_line(tmp_path, capsys, monkeypatch):
     from rl import sft
 
