@@ -215,7 +215,8 @@ def help_text() -> str:
 
     inherited = [n for n in by_name if n in INHERITED_IN_USE and n not in OWN_FIELDS]
     return "\n".join([
-        "usage: accelerate launch rl/ppo_step.py [--config RECIPE.yaml] [--FLAG VALUE ...]", "",
+        "usage: steprl-ppo [--config RECIPE.yaml] [--FLAG VALUE ...]   (one process; several: accelerate launch "
+        "[--config_file CONFIG] rl/ppo_step.py [...])", "",
         "  -h, --help\n        show this help message and exit", "",
         "step PPO (rl/ppo_config.py; --config RECIPE.yaml sets any of them):",
         *(entry(n) for n in OWN_FIELDS), "",

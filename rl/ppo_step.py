@@ -1,6 +1,7 @@
 """Step-level PPO with a process-supervised verifier as the reward.
 
-    accelerate launch rl/ppo_step.py [--config configs/ppo/world_compare.yaml] [--reward step] [...]
+    steprl-ppo [--config configs/ppo/world_compare.yaml] [--reward step] [...]      # one process
+    accelerate launch [--config_file configs/accelerate/ddp.yaml] rl/ppo_step.py [...]  # several
 
 With no arguments: the arithmetic world, the tiny SFT policy (built first when absent, training seed
 --sft_seed), PPO with the critic-free group estimator rewarded by the answer check against each
