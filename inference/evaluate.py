@@ -896,11 +896,14 @@ def run_from_args(args: EvalArguments, module: types.ModuleType, config: Any) ->
     if args.backend == "hf" and not Path(args.policy).is_dir():
         raise EvaluationError(f"--policy {args.policy}: no such directory (the hf backend loads a "
                               "save_pretrained folder)")
-    if args.backend == "hf":
-        from inference.backends.model_files import ModelFilesError, check_model_folder
+    if args.backend in ("hf", "vllm"):  # vLLM takes a Hub id too; a local-looking path must be there
+        from inference.backends.model_files import ModelFilesError, check_model_folder, check_model_path
 
         try:
-            check_model_folder("--policy", args.policy)
+            if args.backend == "hf":
+                check_model_folder("--policy", args.policy)
+            else:
+                check_model_path("--policy", args.policy)
         except ModelFilesError as err:
             raise EvaluationError(str(err)) from None
     from inference.chosen_settings import ChoiceError, check_settings, choose_settings

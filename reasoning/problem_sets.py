@@ -55,6 +55,8 @@ __all__ = [
     "question_key",
     "check_training_split",
     "check_disjoint",
+    "hold_apart",
+    "held_apart_count",
 ]
 
 QUESTION_COLUMNS = ("question", "problem", "prompt")
@@ -239,6 +241,32 @@ def check_disjoint(train: ProblemSet, evaluation: ProblemSet, train_flag: str = 
         raise DatasetError(f"{train_flag} {train.name} and {eval_flag} {evaluation.name} share {shared} of "
                            f"{len(evaluation.problems)} evaluation questions: evaluate on problems the run does "
                            "not train on")
+
+
+HOLD_APART_SHARE = 10
+"""`hold_apart` keeps one row in this many (the last ones) for evaluation."""
+
+
+def held_apart_count(n_rows: int, n_eval: int) -> int:
+    """How many of `n_rows` rows `hold_apart` keeps for evaluation: the last tenth, at least one and at
+    most `n_eval`; none from a set of fewer than two rows (the one row is needed for training)."""
+    if n_rows < 2 or n_eval < 1:
+        return 0
+    return min(n_eval, max(1, n_rows // HOLD_APART_SHARE))
+
+
+def hold_apart(whole: ProblemSet, n_eval: int, n_train: int) -> tuple[ProblemSet, ProblemSet]:
+    """A user's own rows split into training prompts and evaluation problems held apart from them:
+    the last `held_apart_count` rows are evaluated, the first `n_train` of the rest (less any whose
+    question a held-apart row repeats) are trained on, so the two share no question."""
+    held = held_apart_count(len(whole.problems), n_eval)
+    cut = len(whole.problems) - held
+    evaluation = whole.problems[cut:]
+    keys = {question_key(p.question) for p in evaluation}
+    train = [p for p in whole.problems[:cut] if question_key(p.question) not in keys][:n_train]
+    name = f"{whole.name} (its last {held} rows, held apart)"
+    return (ProblemSet(whole.name, train, whole.split),
+            ProblemSet(name, evaluation, whole.split))
 
 
 # ----------------------------------------------------------------------------------------------

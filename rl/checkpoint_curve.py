@@ -98,14 +98,19 @@ def main(argv: list[str] | None = None) -> int:
 
     from inference.backends.hf import HFGenerator
     from rl.evaluation import compare_greedy_rows, greedy_eval
-    from rl.ppo_setup import load_policy, load_problems
+    from rl.ppo_checks import AUTO
+    from rl.ppo_setup import load_policy, load_problems, load_run_problems
 
     torch.set_num_threads(args.num_threads or 1)
     from reasoning.benchmarks import DatasetError
 
     try:
-        problems = load_problems(args.eval_dataset, args.n_eval, args, "test")[0]
-    except DatasetError as err:
+        if args.eval_dataset == AUTO:  # the run's own rows held apart: split as the run split them
+            held = load_run_problems(args)[1]
+            problems = [] if held is None else held.problems
+        else:
+            problems = load_problems(args.eval_dataset, args.n_eval, args, "test")[0]
+    except (DatasetError, ConfigError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if not problems:

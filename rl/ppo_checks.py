@@ -1,9 +1,10 @@
 """Rules on `StepPPOConfig`'s settings that take more than a line (`StepPPOConfig.validate` runs them):
-the credit form a step reward gets by default, what --advantage_estimator mc_values and
---verifier_online_update need, and the length-drift guard's settings."""
+the credit form a step reward gets by default, the evaluation set of --eval_dataset auto, what
+--advantage_estimator mc_values and --verifier_online_update need, and the length-drift guard's settings."""
 
 from __future__ import annotations
 
+from reasoning.problem_sets import is_world_name
 from reward_models.load import spec_parts, split_spec
 from rl.rewards import REWARDS, check_no_added_rewards
 
@@ -32,6 +33,14 @@ def resolve_credit_form(config) -> None:
         config.reward_shaping = shaping
     if config.step_credit == AUTO:
         config.step_credit = credit
+
+
+def resolve_eval_dataset(config) -> None:
+    """--eval_dataset 'auto' set to 'world' when the prompts are the world's (its test split is the
+    measure); with the user's own --dataset it stays 'auto': the last rows of that data, held apart
+    from training (`reasoning.problem_sets.hold_apart`, read in rl/ppo_setup.py)."""
+    if config.eval_dataset == AUTO and is_world_name(config.dataset):
+        config.eval_dataset = "world"
 
 
 def check_mc_values(config) -> None:

@@ -178,24 +178,44 @@ def _pop_config(argv: list[str]) -> tuple[list[str], str | None]:
     return out, path
 
 
+def type_name(annotation: object) -> str:
+    """A type as --help shows it: `float`, `int`, `str|None`, `list[str]|None` (a class's str() is
+    `<class 'float'>`, a union's `typing.Optional[...]` or `str | None`)."""
+    import types
+    import typing
+
+    if annotation is type(None):
+        return "None"
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return "|".join(type_name(a) for a in typing.get_args(annotation))
+    if isinstance(annotation, type) and not typing.get_args(annotation):
+        return annotation.__name__
+    return str(annotation).replace("typing.", "").replace(" ", "")
+
+
 def help_text() -> str:
     """--help: step PPO's own flags first, then the inherited `TrainingArguments` flags it uses; the
     inherited flags it refuses are not listed."""
     import textwrap
+    import typing
 
     by_name = {f.name: f for f in fields(StepPPOConfig)}
+    # the declared types: HfArgumentParser rewrites a parsed dataclass's `field.type` (str | None -> str)
+    hints = typing.get_type_hints(StepPPOConfig)
 
     def entry(name: str) -> str:
         f = by_name[name]
         default = f.default if f.default is not MISSING else None
-        text = " ".join(str(f.metadata.get("help", "")).split())
+        # transformers writes its help strings for argparse, which prints `%%` as `%`; this is printed as is
+        text = " ".join(str(f.metadata.get("help", "")).replace("%%", "%").split())
         text = f"{text} (default: {default})" if text else f"(default: {default})"
         body = textwrap.fill(text, width=100, initial_indent=" " * 8, subsequent_indent=" " * 8)
-        return f"  --{name} {str(f.type).upper().replace(' ', '')}\n{body}"
+        return f"  --{name} {type_name(hints.get(name, f.type))}\n{body}"
 
     inherited = [n for n in by_name if n in INHERITED_IN_USE and n not in OWN_FIELDS]
     return "\n".join([
-        "usage: accelerate launch rl/ppo_step.py [--config RECIPE.yaml] [--FLAG VALUE ...]", "",
+        "usage: steprl-ppo [--config RECIPE.yaml] [--FLAG VALUE ...]   (one process; several: accelerate launch "
+        "[--config_file CONFIG] rl/ppo_step.py [...])", "",
         "  -h, --help\n        show this help message and exit", "",
         "step PPO (rl/ppo_config.py; --config RECIPE.yaml sets any of them):",
         *(entry(n) for n in OWN_FIELDS), "",

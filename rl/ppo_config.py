@@ -12,7 +12,14 @@ from reasoning.steps import ANSWER_MATCHES
 from reward_models.load import spec_parts, split_spec
 from reward_models.verifier import AGGREGATIONS
 from rl.distributed import deepspeed_launch, has_gpu
-from rl.ppo_checks import AUTO, check_length_drift, check_mc_values, check_online_update, resolve_credit_form
+from rl.ppo_checks import (
+    AUTO,
+    check_length_drift,
+    check_mc_values,
+    check_online_update,
+    resolve_credit_form,
+    resolve_eval_dataset,
+)
 from rl.ppo_math import ESTIMATORS, REWARD_SCALES, STEP_CREDITS
 from rl.rewards import REWARDS
 from rl.step_rewards import SHAPING_MODES
@@ -108,10 +115,13 @@ class StepPPOConfig(TrainingArguments):
     )
     n_prompts: int = field(default=4000, metadata={"help": "Training prompts (the first N; world: drawn with a seed "
                                                             "unseen in SFT)."})
-    eval_dataset: str = field(default="world", metadata={"help": "Greedy evaluation set: 'world' (its test split), a "
-                                                                  "benchmark, a file, a folder, a Hub id, or 'none'. "
-                                                                  "It may share no question with --dataset."})
-    n_eval: int = field(default=500, metadata={"help": "Evaluation problems (world: the test split)."})
+    eval_dataset: str = field(default="auto", metadata={
+        "help": "Greedy evaluation set: 'auto' (the world's test split when training on the world; with your own "
+                "--dataset, its last tenth of rows, at most --n_eval, held apart from training), 'world' (its test "
+                "split), a benchmark, a file, a folder, a Hub id, or 'none'. It may share no question with "
+                "--dataset."})
+    n_eval: int = field(default=500, metadata={"help": "Evaluation problems (world: the test split; held-apart rows "
+                                                       "of --dataset under --eval_dataset auto: at most this many)."})
     question_column: str | None = field(
         default=None,
         metadata={"help": "Column of the question in --dataset / --eval_dataset rows (default: the first of "
@@ -381,6 +391,7 @@ class StepPPOConfig(TrainingArguments):
 
         choose("reward", self.reward, REWARD_MODES)
         resolve_credit_form(self)  # 'auto' --reward_shaping / --step_credit: the reward mode's form
+        resolve_eval_dataset(self)  # 'auto' --eval_dataset: the world's test split when training on the world
         choose("reward_shaping", self.reward_shaping, (*SHAPING_MODES, AUTO))
         choose("answer_match", self.answer_match, ANSWER_MATCHES)
         choose("outcome_aggregation", self.outcome_aggregation, AGGREGATIONS)

@@ -21,6 +21,7 @@ from reasoning.problem_sets import (
     check_disjoint,
     check_source,
     check_training_split,
+    hold_apart,
     is_world_name,
     load_problem_set,
 )
@@ -31,6 +32,7 @@ from reasoning.world import world_config_of
 from reward_models.load import check_spec, load_verifier, psv_dir_kind, spec_parts
 from reward_models.psv import init_psv_from_policy, load_psv_model
 from rl.distributed import deepspeed_launch, has_gpu, whole_weights
+from rl.ppo_checks import AUTO
 from rl.ppo_config import BUILDABLE_VERIFIERS, DEFAULT_POLICY, ConfigError, StepPPOConfig
 from rl.ppo_math import ESTIMATORS
 from rl.rewards import REWARDS, load_reward_func
@@ -81,7 +83,8 @@ def check_inputs(args: StepPPOConfig) -> None:
         if REWARDS[args.reward].verifier and not (builds and args.verifier in BUILDABLE_VERIFIERS):
             check_spec(args.verifier, args.model_name_or_path)
         for flag, name in (("--dataset", args.dataset), ("--eval_dataset", args.eval_dataset)):
-            check_source(name, flag)
+            if name != AUTO:  # auto: rows of --dataset, checked as that
+                check_source(name, flag)
         for spec in args.reward_funcs or []:
             load_reward_func(spec)  # the user's reward file: a typo or an error in it, said before any model loads
         check_launch(args)
@@ -238,11 +241,11 @@ def load_critic(args: StepPPOConfig, tokenizer):
     return critic
 
 
-def load_problem_sets(name: str, n: int, args: StepPPOConfig, split: str) -> ProblemSet:
-    """The first `n` problems of `name` as a train (`split` "train") or evaluation set; world
+def load_problem_sets(name: str, n: int | None, args: StepPPOConfig, split: str) -> ProblemSet:
+    """The first `n` problems (None: all) of `name` as a train (`split` "train") or evaluation set; world
     training prompts are drawn with a seed SFT never saw."""
     seed = args.world_seed + (PROMPT_SEED_OFFSET if split == "train" else 0)
-    world = WorldDraw(split=split, n=n, seed=seed,
+    world = WorldDraw(split=split, n=args.n_prompts if n is None else n, seed=seed,
                       config=world_config_of(args.model_name_or_path) if is_world_name(name) else None)
     return load_problem_set(name, role="train" if split == "train" else "eval", limit=n, world=world,
                             question_column=args.question_column, answer_column=args.answer_column)
@@ -259,17 +262,45 @@ def load_run_problems(args: StepPPOConfig) -> tuple[ProblemSet, ProblemSet | Non
     prompts are not a test split unless --allow_test_split, and share no question with the
     evaluation set."""
     try:
-        train = load_problem_sets(args.dataset, args.n_prompts, args, "train")
-        check_training_split(train, "--dataset", args.allow_test_split)
+        evaluation = None
+        if args.eval_dataset == AUTO:  # the user's own rows: the last of them held apart for evaluation
+            whole = load_problem_sets(args.dataset, None, args, "train")
+            check_training_split(whole, "--dataset", args.allow_test_split)
+            train, evaluation = hold_apart(whole, args.n_eval, args.n_prompts)
+            if not evaluation.problems:
+                evaluation = None
+        else:
+            train = load_problem_sets(args.dataset, args.n_prompts, args, "train")
+            check_training_split(train, "--dataset", args.allow_test_split)
         if not train.problems:
             raise DatasetError(f"--dataset {args.dataset}: no problems")
-        evaluation = None
-        if args.eval_dataset != "none":
+        if args.eval_dataset not in ("none", AUTO):
             evaluation = load_problem_sets(args.eval_dataset, args.n_eval, args, "test")
             check_disjoint(train, evaluation)
     except DatasetError as err:
         raise ConfigError(str(err)) from None
     return train, evaluation
+
+
+def describe_problem_sets(args: StepPPOConfig, train: list[Problem], evaluation: list[Problem]) -> list[str]:
+    """What a run trains on and measures, said before it starts: how many prompts were loaded (and
+    that --n_prompts asked for more, when it did) and which evaluation set, by name and size."""
+    more = (f" (--n_prompts {args.n_prompts} asks for more: --dataset has no more usable prompts)"
+            if len(train) < args.n_prompts else "")
+    lines = [f"training prompts: {len(train)} from --dataset {args.dataset}{more}"]
+    if not evaluation:
+        why = ("--eval_dataset none" if args.eval_dataset == "none" else
+               f"--n_eval {args.n_eval}" if args.n_eval < 1 else
+               f"--dataset {args.dataset} has too few rows to hold any apart" if args.eval_dataset == AUTO else
+               f"--eval_dataset {args.eval_dataset} has no problems")
+        lines.append(f"greedy evaluation before and after: none ({why})")
+    elif args.eval_dataset == AUTO:
+        lines.append(f"greedy evaluation before and after: {len(evaluation)} rows of --dataset {args.dataset} "
+                     "held apart from training (its last rows; --eval_dataset auto)")
+    else:
+        lines.append(f"greedy evaluation before and after: {len(evaluation)} problems of --eval_dataset "
+                     f"{args.eval_dataset}")
+    return lines
 
 
 def load_verifier_for(args: StepPPOConfig, world_rows: list[dict], device):

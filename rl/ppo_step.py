@@ -1,6 +1,7 @@
 """Step-level PPO with a process-supervised verifier as the reward.
 
-    accelerate launch rl/ppo_step.py [--config configs/ppo/world_compare.yaml] [--reward step] [...]
+    steprl-ppo [--config configs/ppo/world_compare.yaml] [--reward step] [...]      # one process
+    accelerate launch [--config_file configs/accelerate/ddp.yaml] rl/ppo_step.py [...]  # several
 
 With no arguments: the arithmetic world, the tiny SFT policy (built first when absent, training seed
 --sft_seed), PPO with the critic-free group estimator rewarded by the answer check against each
@@ -17,6 +18,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # `accelerate launch rl/ppo_step.py` runs this file as a script
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import rl.quiet_launch  # noqa: E402, F401  (first: it filters lines the libraries print when imported)
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
@@ -30,12 +33,14 @@ def main(argv: list[str] | None = None) -> int:
         check_inputs,
         check_prompt_sets,
         check_question_sets,
+        describe_problem_sets,
         load_critic,
         load_policy,
         load_probe_problems,
         load_reference,
         load_run_problems,
         load_verifier_for,
+        log,
     )
     from rl.ppo_trainer import StepPPOTrainer
     from rl.rewards import REWARDS
@@ -78,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     train, evaluation, probe = sets["train"], sets["eval"], sets["probe"]
+    if state.is_main_process:  # what the run trains on and what its reported change is measured on
+        for line in describe_problem_sets(args, train, evaluation):
+            log(line)
     from transformers import set_seed
 
     set_seed(args.seed)  # before any weight is made: LoRA matrices and a new value head come from it
@@ -92,7 +100,18 @@ def main(argv: list[str] | None = None) -> int:
     result = trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     if state.is_main_process:
         print(json.dumps({k: v for k, v in result.items() if not isinstance(v, dict)}))
+        print(wrote_line(args.output_dir))
     return 0
+
+
+def wrote_line(output_dir: str | None) -> str:
+    """The run's last line: where it wrote, and what (eval.json only when it evaluated)."""
+    from rl.run_dir import RunDir
+
+    run = RunDir(output_dir or ".")
+    names = [path.name for path in (run.eval, run.metrics) if path.exists()]
+    folders = [f"{path.name}/" for path in (run.policy, run.critic) if path.exists()]
+    return f"wrote {output_dir} ({', '.join([*names, *folders])})"
 
 
 if __name__ == "__main__":

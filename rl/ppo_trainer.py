@@ -745,16 +745,30 @@ class StepPPOTrainer:
             out[rank::size] = shard
         return out
 
-    def _greedy(self, gen, problems: list[Problem]) -> dict[str, Any]:
-        """Greedy rows and summary of `problems`, each rank decoding its share (collective)."""
-        rows = greedy_rows(gen, self._shard(problems), max_new_tokens=self.args.max_completion_length, hooks=self.hooks)
+    def _greedy(self, gen, problems: list[Problem], desc: str | None = None) -> dict[str, Any]:
+        """Greedy rows and summary of `problems`, each rank decoding its share (collective). With
+        `desc`, a progress bar on the main process (stderr), advanced per generation batch: the rows
+        are the same, the batches being those the generator would make of the whole share."""
+        from tqdm.auto import tqdm
+
+        mine = self._shard(problems)
+        step = max(1, self.args.greedy_eval_batch_size)
+        shown = desc is not None and self.accelerator.is_main_process and not self.args.disable_tqdm
+        bar = tqdm(total=len(problems), desc=desc, unit="problem", disable=not shown, leave=False)
+        rows: list[dict[str, Any]] = []
+        for start in range(0, len(mine), step):
+            rows += greedy_rows(gen, mine[start : start + step], max_new_tokens=self.args.max_completion_length,
+                                hooks=self.hooks)
+            # every rank decodes a share of the same size: the main rank's progress stands for all
+            bar.update(min(len(problems) - bar.n, len(mine[start : start + step]) * self.accelerator.num_processes))
+        bar.close()
         rows = self._unshard(rows, len(problems))
         return {"summary": summarize_greedy_rows(rows), "rows": rows}
 
-    def greedy_eval(self) -> dict[str, Any]:
+    def greedy_eval(self, desc: str | None = None) -> dict[str, Any]:
         """Greedy accuracy on the evaluation problems; every rank takes part (collective)."""
         with self._eval_generator() as gen:
-            return self._greedy(gen, self.eval_problems)
+            return self._greedy(gen, self.eval_problems, desc)
 
     def probe(self) -> dict[str, float]:
         """The learning curve as the run goes: greedy accuracy on the fixed probe problems, and the
@@ -888,7 +902,7 @@ class StepPPOTrainer:
             return None
         if resumed and self.run.before_rows.exists():
             return {"rows": [json.loads(line) for line in self.run.before_rows.read_text().splitlines()]}
-        before = self.greedy_eval()
+        before = self.greedy_eval(desc="greedy eval before")
         if self.accelerator.is_main_process:
             write_jsonl(self.run.before_rows, before["rows"])
         return before
@@ -979,7 +993,7 @@ class StepPPOTrainer:
         critic = self.accelerator.unwrap_model(self.model).critic
         critic_weights = None if critic is None else D.gathered_state_dict(
             critic, self.accelerator, only_trainable=hasattr(critic, "disable_adapter"))
-        after = self.greedy_eval() if before is not None else None
+        after = self.greedy_eval(desc="greedy eval after") if before is not None else None
         result: dict[str, Any] = {}
         if self.accelerator.is_main_process:
             _save_policy(self._unwrapped_policy(), self.tokenizer, self.run.policy, policy_weights)

@@ -271,6 +271,10 @@ def main(argv: list[str] | None = None) -> int:
         args.world_config()
         args.task_weights()
         parse_teacher_noise(args.teacher_noise)
+        if args.model_name_or_path is not None:  # a local-looking path must be there; a Hub id goes to the Hub
+            from inference.backends.model_files import check_model_path
+
+            check_model_path("--model_name_or_path", args.model_name_or_path)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -67,7 +67,7 @@ echo "check_fresh_install: $(git -C "$CLONE" rev-parse --short HEAD) cloned to $
 phase setup bash scripts/setup_env.sh
 grep '^setup: ' "$LOG/setup.log" | sed 's/^/  /' || true
 echo "  .venv: $(du -sh "$CLONE/.venv" | cut -f1); torch $("$CLONE/.venv/bin/python" -c 'import torch; print(torch.__version__)')"
-phase main_job .venv/bin/accelerate launch rl/ppo_step.py --max_steps 2
+phase main_job .venv/bin/steprl-ppo --max_steps 2
 tail -n 3 "$LOG/main_job.log" | sed 's/^/  /'
 test -s "$CLONE/outputs/ppo_step/eval.json" || { echo "check_fresh_install: main_job wrote no outputs/ppo_step/eval.json" >&2; exit 1; }
 scripts=$(awk '/^\[/{on = ($0 == "[project.scripts]")} on && /^steprl-/{print $1}' "$CLONE/pyproject.toml" | tr '\n' ' ')

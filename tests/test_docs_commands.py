@@ -185,7 +185,8 @@ def parse_invocations(command: str, where: str) -> list[Invocation] | None:
             flags, paths = _flags_and_paths(rest[i + 1:])
             found.append(Invocation(where, "script", rest[i], flags, launcher_paths + paths,
                                     launcher_flags=launcher_flags))
-        elif head.startswith("steprl-"):
+        elif head.removeprefix(".venv/bin/").startswith("steprl-"):  # as installed, or in the set-up's .venv
+            head = head.removeprefix(".venv/bin/")
             module = console_scripts().get(head)
             flags, paths = _flags_and_paths(rest)
             found.append(Invocation(where, "module", module or f"(unknown console script {head})", flags, paths))
@@ -200,8 +201,8 @@ def invocations_of(text: str, name: str) -> tuple[list[Invocation], list[str]]:
     found, skipped = [], []
     candidates = _fenced_lines(text) + [
         (n, s) for n, s in _prose_spans(text)
-        if re.match(r"(\S+=\S+\s+)*(python3? |\.venv/bin/python |(\.venv/bin/)?accelerate launch .*\.py|steprl-[a-z]|"
-                    r"bash (scripts|experiments)/)", s)]
+        if re.match(r"(\S+=\S+\s+)*(python3? |\.venv/bin/python |(\.venv/bin/)?accelerate launch .*\.py|"
+                    r"(\.venv/bin/)?steprl-[a-z]|bash (scripts|experiments)/)", s)]
     for number, command in candidates:
         where = f"{name}:{number}: {command[:90]}"
         parsed = parse_invocations(command, where)
@@ -407,3 +408,5 @@ def test_usage_lines_brackets_alternatives_and_variables():
     assert (inv.kind, inv.target) == ("shell", "scripts/world_methods.sh")
     first, second = parse_invocations("bash scripts/setup_env.sh && .venv/bin/accelerate launch rl/ppo_step.py", "x")
     assert (first.target, second.target) == ("scripts/setup_env.sh", "rl/ppo_step.py")
+    _, installed = parse_invocations("bash scripts/setup_env.sh && .venv/bin/steprl-ppo --max_steps 2", "x")
+    assert (installed.kind, installed.target, installed.flags) == ("module", "rl.ppo_step", ["--max_steps"])

@@ -11,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README_MAX_LINES = 400
-QUICK_START = ("bash scripts/setup_env.sh && .venv/bin/accelerate launch rl/ppo_step.py", "bash scripts/test.sh")
+QUICK_START = ("bash scripts/setup_env.sh && .venv/bin/steprl-ppo", "bash scripts/test.sh")
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 
 

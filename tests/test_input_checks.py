@@ -110,6 +110,80 @@ def test_a_misspelt_verifier_path_is_named_not_taken_for_a_hub_id(policy, tmp_pa
     assert "step-likelihood: /nonexistent: no such model directory" in line and "repo" not in line.lower()
 
 
+@pytest.mark.parametrize("path, local", [
+    ("outputs/sft_tiny_clean", True),   # the toolkit's own folder: a model not built yet
+    ("/abs/model", True), ("./model", True), ("~/model", True), ("../model", True),
+    ("a/b/c", True),                    # more than one `/`
+    ("bad name/x", True), ("org/na--me", True), ("org/", True), ("", True),  # not a Hub id's form
+    ("Qwen/Qwen2.5-Math-PRM-7B", False), ("gpt2", False), ("org/name", False),
+])
+def test_looks_local_is_the_one_rule_for_a_model_path(path, local, tmp_path, monkeypatch):
+    from inference.backends.model_files import looks_local
+
+    monkeypatch.chdir(tmp_path)
+    assert looks_local(path) is local
+
+
+def test_a_first_component_that_exists_here_makes_a_path_local(tmp_path, monkeypatch):
+    from inference.backends.model_files import looks_local
+
+    monkeypatch.chdir(tmp_path)
+    assert not looks_local("runs/policy")
+    (tmp_path / "runs").mkdir()
+    assert looks_local("runs/policy")
+
+
+@pytest.mark.parametrize("command", ["evaluate", "evaluate_verifier", "ppo", "ppo_verifier", "serve"])
+def test_an_absent_relative_model_path_is_named_not_looked_up_on_the_hub(policy, tmp_path, capsys, monkeypatch,
+                                                                         command):
+    """`outputs/sft_tiny_clean` before it is built: one line, exit 2, not a Hub error after loading began."""
+    monkeypatch.chdir(tmp_path)
+    run, argv = _commands(Path("outputs/sft_tiny_clean"), policy, tmp_path)[command]
+    if command == "evaluate":  # vLLM takes Hub ids: the one backend that reached the Hub loader
+        argv = [*argv, "--backend", "vllm"]
+    capsys.readouterr()
+    assert run(argv) == 2
+    line = _one_line_error(capsys)
+    assert "outputs/sft_tiny_clean: no such model directory" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_reward_model_clis_name_an_absent_relative_model_path_in_one_line(tmp_path, capsys, monkeypatch):
+    from reward_models import train as psv_train
+    from reward_models.annotate import cli as annotate_cli
+
+    monkeypatch.chdir(tmp_path)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"prompt": "Q?", "completions": ["a = 1"], "labels": [1.0]}) + "\n")
+    assert psv_train.main(["--data", str(rows), "--init_from", "outputs/sft_tiny", "--output_dir", "v"]) == 2
+    assert _one_line_error(capsys) == "error: --init_from outputs/sft_tiny: no such model directory"
+    assert annotate_cli.main(["--method", "mc", "--policy", "outputs/sft_tiny", "--data", "world", "--n", "2",
+                              "--out", "a.jsonl"]) == 2
+    assert _one_line_error(capsys) == "error: --policy outputs/sft_tiny: no such model directory"
+
+
+def test_rl_sft_names_an_absent_model_path_in_one_line(tmp_path, capsys, monkeypatch):
+    from rl import sft
+
+    monkeypatch.chdir(tmp_path)
+    assert sft.main(["--model_name_or_path", "outputs/base", "--output_dir", str(tmp_path / "out")]) == 2
+    assert _one_line_error(capsys) == "error: --model_name_or_path outputs/base: no such model directory"
+
+
+def test_the_default_policy_path_is_not_refused_when_it_will_be_built(tmp_path, monkeypatch):
+    """`outputs/sft_tiny` absent is built by the run (--build_missing): the input check lets it through,
+    and refuses it once the run is told not to build it."""
+    from rl.ppo_cli import parse_config
+    from rl.ppo_config import ConfigError
+    from rl.ppo_setup import check_inputs
+
+    monkeypatch.chdir(tmp_path)
+    out = ["--output_dir", str(tmp_path / "run")]
+    check_inputs(parse_config(["--reward", "step", *out]))  # the default policy and verifier, both absent
+    with pytest.raises(ConfigError, match="outputs/sft_tiny: no such model directory"):
+        check_inputs(parse_config(["--reward", "gold", "--build_missing", "false", *out]))
+
+
 def _unwritable_folders(tmp_path: Path):
     a_file = tmp_path / "a_file"
     a_file.write_text("x")

@@ -533,9 +533,9 @@ def test_the_evaluation_after_training_is_not_counted_as_training(models, tmp_pa
 
     evaluate = StepPPOTrainer.greedy_eval
 
-    def slow_evaluation(self):  # a second longer than the real one, before and after training
+    def slow_evaluation(self, *args, **kwargs):  # a second longer than the real one, before and after training
         time.sleep(1.0)
-        return evaluate(self)
+        return evaluate(self, *args, **kwargs)
 
     monkeypatch.setattr(StepPPOTrainer, "greedy_eval", slow_evaluation)
     out = tmp_path / "clock"

@@ -4,8 +4,8 @@
 spec's PATH, `serve --model`) runs first: a folder must hold a config, whole safetensors weights
 (a truncated copy is named, not a 55-line `SafetensorError`) and the tokenizer's files (every loader
 here reads the tokenizer from the model's own folder, a LoRA adapter's too); a path that is not a
-folder must be one that can only be a Hub id (`name` or
-`org/name`), so that a typo is named instead of reported as a Hub error.
+folder must be one that can only be a Hub id (`looks_local`), so that a typo or a model not built yet
+is named instead of reported as a Hub connection error after loading has begun.
 
 No weight is read: a safetensors file's header says how long the file must be.
 """
@@ -13,6 +13,7 @@ No weight is read: a safetensors file's header says how long the file must be.
 from __future__ import annotations
 
 import json
+import re
 import struct
 from pathlib import Path
 
@@ -29,14 +30,37 @@ class ModelFilesError(ValueError):
     """A model path or folder that cannot be loaded, said in one line."""
 
 
+_HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+"""One part of a Hub repository id (huggingface_hub's rule: letters, digits, `.`, `_`, `-`, not starting
+with `.`/`-`, at most 96 characters, no `--` or `..`)."""
+
+LOCAL_ROOTS = ("outputs",)
+"""First path components that name this toolkit's own folders, never a Hub owner: `outputs/NAME` is a
+model a run writes (or builds), so its absence is a missing folder, not a Hub id to download."""
+
+
+def looks_local(path: str) -> bool:
+    """Whether `path` can only mean a folder on this machine, so that its absence is an error to say
+    at once rather than a Hub id to try: it starts with `/`, `.` or `~`; or has more than one `/`; or
+    is not of the Hub id form `name` / `owner/name`; or its first component exists here or is one of
+    `LOCAL_ROOTS`. What is left (`gpt2`, `Qwen/Qwen2.5-Math-PRM-7B`, absent here) goes to the Hub
+    loader. The one rule every model path of every command line is judged by."""
+    if not path or path.startswith(("/", ".", "~")) or path.count("/") > 1:
+        return True
+    parts = path.split("/")
+    if any(not _HUB_NAME.fullmatch(part) or "--" in part or ".." in part for part in parts):
+        return True
+    return len(parts) == 2 and (parts[0] in LOCAL_ROOTS or Path(parts[0]).exists())
+
+
 def check_model_path(flag: str, path: str, *, tokenizer: bool = True) -> None:
     """ModelFilesError unless `path` is a loadable saved model's folder (see `check_model_folder`) or
-    can only be a Hub id (`name` or `org/name`), so that a typo fails before anything loads."""
+    can only be a Hub id (not `looks_local`), so that a typo fails before anything loads."""
     p = Path(path)
     if p.is_dir():
         check_model_folder(flag, p, tokenizer=tokenizer)
         return
-    if not path or p.exists() or p.is_absolute() or path.startswith((".", "~")) or path.count("/") > 1:
+    if p.exists() or looks_local(path):
         raise ModelFilesError(f"{flag} {path}: no such model directory")
 
 
