@@ -21,6 +21,7 @@ import torch
 from trl import SFTConfig
 
 from inference.backends.hf import HFGenerator
+from inference.backends.model_files import check_model_path
 from reasoning.corpora import TASKS, build_corpus, parse_teacher_noise
 from reasoning.flag_names import did_you_mean
 from reasoning.threads import one_thread_unless_told
@@ -272,8 +273,6 @@ def main(argv: list[str] | None = None) -> int:
         args.task_weights()
         parse_teacher_noise(args.teacher_noise)
         if args.model_name_or_path is not None:  # a local-looking path must be there; a Hub id goes to the Hub
-            from inference.backends.model_files import check_model_path
-
             check_model_path("--model_name_or_path", args.model_name_or_path)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
