@@ -60,7 +60,7 @@ class Rule:
 RULES = [
     Rule(r"^bash scripts/setup_env\.sh$", skip="the set-up: this walk runs in the .venv it made "
          "(scripts/check_fresh_install.sh runs it from a fresh clone)"),
-    Rule(r"^\.venv/bin/accelerate launch rl/ppo_step\.py$", cut=PPO_CUT,
+    Rule(r"^\.venv/bin/steprl-ppo$", cut=PPO_CUT,
          before=(f"outputs/sft_tiny={BUILD_POLICY}",)),
     Rule(r"^bash scripts/test\.sh$", skip="the test suite itself"),
     Rule(r"^pip install ", skip="the set-up by hand (scripts/check_fresh_install.sh runs the set-up)"),
@@ -135,7 +135,8 @@ def shell_words(command: str) -> str:
     """The command with the toolkit's interpreter and accelerate for `python` and `accelerate`."""
     words = command.split()
     swap = {"python": str(BIN / "python"), "python3": str(BIN / "python"), "accelerate": str(BIN / "accelerate"),
-            ".venv/bin/python": str(BIN / "python"), ".venv/bin/accelerate": str(BIN / "accelerate")}
+            ".venv/bin/python": str(BIN / "python"), ".venv/bin/accelerate": str(BIN / "accelerate"),
+            ".venv/bin/steprl-ppo": str(BIN / "steprl-ppo")}
     return " ".join(swap.get(w, w) for w in words)
 
 
