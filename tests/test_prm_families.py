@@ -241,6 +241,18 @@ def test_rlhflow_prm_scores_as_its_model_card(rlhflow, rows):
     assert max(max(s) - min(s) for s in got) > 1e-4
 
 
+def test_rlhflow_prm_strips_each_step_as_its_evaluation_script(rlhflow, rows):
+    """RLHFlow's `math-rm/prm_evaluate.py` strips every step before it builds the conversation, so a
+    policy's step with leading or trailing spaces scores as the stripped step."""
+    folder, tok = rlhflow
+    verifier = load_verifier(f"rlhflow-prm:{folder}", batch_size=2)
+    questions, paths = _paths(rows, 3)
+    padded = [[("  " if k % 2 else " ") + s + (" " if k % 3 == 0 else "") for k, s in enumerate(p)] for p in paths]
+    card = LlamaForCausalLM.from_pretrained(folder).eval()
+    expected = [rlhflow_card_scores(card, tok, q, [s.strip() for s in p]) for q, p in zip(questions, padded)]
+    _close(verifier.score(questions, padded), expected)
+
+
 def test_rlhflow_prm_refuses_a_tokenizer_without_a_chat_template_or_a_head(rlhflow, tmp_path):
     folder, tok = rlhflow
     plain = LlamaForCausalLM.from_pretrained(folder)
@@ -329,6 +341,34 @@ def test_skywork_prm_reads_pytorch_weights_and_refuses_a_checkpoint_without_its_
     _save(tmp_path / "nohead", cfg, tok, {k: v for k, v in tensors.items() if not k.startswith("v_head.")})
     with pytest.raises(PRMCheckpointError, match=r"missing v_head\.summary\.bias, v_head\.summary\.weight"):
         load_verifier(f"skywork-prm:{tmp_path / 'nohead'}")
+
+
+def test_skywork_prm_keeps_its_value_head_in_float32_over_a_bf16_backbone(skywork, rows, tmp_path):
+    """Skywork's wrapper builds the value head in float32 beside the bf16 backbone and upcasts the
+    last hidden state before it; a bf16 checkpoint loads here the same way."""
+    folder, tok, cfg, tensors = skywork
+    _save(tmp_path / "bf16", cfg, tok, {k: v.to(torch.bfloat16) for k, v in tensors.items()},
+          {"torch_dtype": "bfloat16"})
+    verifier = load_verifier(f"skywork-prm:{tmp_path / 'bf16'}", batch_size=4)
+    assert verifier.model.model.embed_tokens.weight.dtype == torch.bfloat16
+    assert verifier.model.v_head.summary.weight.dtype == torch.float32
+    questions, paths = _paths(rows, 3)
+    lm = Qwen2ForCausalLM.from_pretrained(tmp_path / "bf16", dtype=torch.bfloat16).eval()
+    summary = nn.Linear(cfg.hidden_size, 1)  # float32, loaded from the bf16 weights
+    summary.load_state_dict({"weight": tensors["v_head.summary.weight"].to(torch.bfloat16),
+                             "bias": tensors["v_head.summary.bias"].to(torch.bfloat16)})
+    step_id = tok.encode("\n")[-1]
+    expected = []
+    for q, p in zip(questions, paths):
+        ids, ends = tok.encode(tok.bos_token + q + "\n"), []
+        for step in p:
+            ids = ids + tok.encode(step) + [step_id]
+            ends.append(len(ids) - 1)
+        with torch.no_grad():
+            hidden = lm(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states[-1]
+            values = torch.sigmoid(summary(hidden.float()).squeeze(-1))[0]
+        expected.append([values[i].item() for i in ends])
+    _close(verifier.score(questions, paths), expected)
 
 
 # ---- the older adapters refuse a missing head too; auto: ------------------------------------------

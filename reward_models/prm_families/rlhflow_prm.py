@@ -1,8 +1,10 @@
 """RLHFlow PRMs (Llama3.1-8B-PRM-Deepseek-Data, -Mistral-Data): `rlhflow-prm:PATH`.
 
 A causal LM (`LlamaForCausalLM`) fine-tuned, Math-Shepherd style, to answer `+` or `-` after each
-step of a conversation. The model card's scoring code, followed here: the steps become user turns,
-the first being the question, one space and step 1 (`problem + " " + step`; the card's code joins
+step of a conversation. The model card's scoring code and RLHFlow's `math-rm/prm_evaluate.py`,
+followed here: each step is stripped of surrounding whitespace (the script's `j.strip()`; a step
+with a leading space would otherwise shift the read positions), the steps become user turns, the
+first being the question, one space and step 1 (`problem + " " + step`; the card's code joins
 them with a space, not a blank line), each followed by an assistant turn `+`; the conversation is
 rendered with the tokenizer's chat template (`apply_chat_template`); a step's score is
 softmax over the logits of (`+`, `-`) (ids `tokenizer.encode('+')[-1]`, `tokenizer.encode('-')[-1]`)
@@ -34,10 +36,10 @@ GOOD, BAD = "+", "-"
 
 
 def conversation(question: str, steps: Sequence[str]) -> list[dict]:
-    """The card's conversation: one user turn per step (the first prefixed by the question and a
-    space), each answered `+` by the assistant."""
+    """The card's conversation: one user turn per stripped step (the first prefixed by the question
+    and a space), each answered `+` by the assistant."""
     turns = []
-    for k, step in enumerate(steps):
+    for k, step in enumerate(s.strip() for s in steps):
         turns.append({"role": "user", "content": f"{question} {step}" if k == 0 else step})
         turns.append({"role": "assistant", "content": GOOD})
     return turns

@@ -4,7 +4,9 @@ As published (SkyworkAI/skywork-o1-prm-inference, `prm_model.py` and `io_utils.p
 LM wrapped with a value head, saved as config.json architecture `Qwen2ForPrmModel`, the backbone's
 weights (`model.*`, and `lm_head.*`, which scoring does not read) and `v_head.summary.weight` /
 `v_head.summary.bias` (a Linear(hidden, 1) over the last hidden state, after dropout, which is off at
-inference). The scoring code followed here (`prepare_input`): the ids of
+inference). The wrapper builds the value head in float32 beside a bf16 backbone and upcasts the last
+hidden state before it; here `_keep_in_fp32_modules_strict` loads a bf16 checkpoint's head the same way.
+The scoring code followed here (`prepare_input`): the ids of
 `tokenizer.encode(bos_token + problem + "\\n")`, then for each step `tokenizer.encode(step)` (each step
 encoded on its own) followed by the id of the step token "\\n" (`tokenizer.encode("\\n")[-1]`); a
 step's score is sigmoid(value) at that "\\n", the step's last token (`derive_step_rewards` with
@@ -53,6 +55,7 @@ class Qwen2ForPrmModel(Qwen2PreTrainedModel):
     the value head's output per token (apply sigmoid for the step probability)."""
 
     _keys_to_ignore_on_load_unexpected = [r"^lm_head\."]
+    _keep_in_fp32_modules_strict = ["v_head"]
 
     def __init__(self, config):
         super().__init__(config)
