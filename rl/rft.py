@@ -12,7 +12,9 @@ PPO run's `n_prompts` training prompts) x `num_generations` samples, by default 
 the learning rate (`DEFAULTS`: fine-tuning on kept samples, not a PPO step); a PPO flag it has no
 use for is refused.
 `--accept answer` keeps samples whose stated answer is right; `--accept verifier` keeps samples
-whose every step the verifier scores at or above `--threshold` (no gold answer used). Training
+whose every step the verifier scores at or above `--threshold` (no gold answer used), scored in
+batches through `score_paths`: a sample the verifier refuses is not kept and is counted by reason
+(eval.json's `unscorable`, and one stderr line), never the end of the run. Training
 prompts are the world train split with the seed PPO uses. Writes OUTPUT_DIR/{eval.json (the keys of
 a PPO run's eval.json), eval_before_rows.jsonl, eval_after_rows.jsonl, metrics.jsonl, policy/}.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,6 +84,22 @@ def _check(args: StepPPOConfig, own: RFTArgs) -> None:
             raise ConfigError(f"--accept verifier: {err}") from None
 
 
+def verifier_accepts(verifier, samples: list[tuple[str, str]], threshold: float,
+                     batch_size: int = 64) -> tuple[list[bool], Counter]:
+    """Which (question, completion) samples the verifier keeps: answered ones whose lowest step score
+    is at least `threshold`. Scored in batches through `score_paths`, so a path the verifier refuses
+    (too long for its context, say) is not kept and is counted by reason, not the end of the run."""
+    from reward_models.scoring import score_paths
+
+    answered = [i for i, (_, text) in enumerate(samples) if split_steps(text).steps and has_answer(text)]
+    scored = score_paths(verifier, [samples[i][0] for i in answered],
+                         [split_steps(samples[i][1]).steps for i in answered], batch_size=batch_size)
+    accept = [False] * len(samples)
+    for i, scores in zip(answered, scored.scores):
+        accept[i] = scores is not None and min(scores) >= threshold
+    return accept, scored.reasons()
+
+
 def n_prompts(args: StepPPOConfig) -> int:
     """Prompts RFT samples: as many as a PPO run with these settings draws."""
     return args.max_steps * args.prompts_per_update
@@ -119,23 +138,20 @@ def main(argv: list[str] | None = None) -> int:
         params = SamplingParams(max_new_tokens=args.max_completion_length, temperature=args.temperature,
                                 n=args.num_generations, seed=args.seed)
         samples = gen.generate([solve_prompt(q.question) for q in train], params)
-    kept, right = [], 0
-    verifier = None
+    pairs = [(problem, c.text) for problem, group in zip(train, samples) for c in group]
+    correct = [answer_correct(text, problem, args.answer_match) for problem, text in pairs]
+    right, unscorable = sum(correct), {}
     if own.accept == "verifier":
         from reward_models.load import load_verifier
 
         verifier = load_verifier(args.verifier, args.model_name_or_path)
-    for problem, group in zip(train, samples):
-        for c in group:
-            correct = answer_correct(c.text, problem, args.answer_match)
-            right += correct
-            if own.accept == "answer" and correct:
-                kept.append({"prompt": solve_prompt(problem.question), "completion": c.text})
-            elif own.accept == "verifier":
-                steps = split_steps(c.text).steps
-                answered = steps and has_answer(c.text)
-                if answered and min(verifier.score([problem.question], [steps])[0]) >= own.threshold:
-                    kept.append({"prompt": solve_prompt(problem.question), "completion": c.text})
+        accept, unscorable = verifier_accepts(verifier, [(p.question, text) for p, text in pairs], own.threshold)
+        if unscorable:
+            print(f"rft: {sum(unscorable.values())} answered samples the verifier could not score, not kept: "
+                  f"{dict(unscorable)}", file=sys.stderr)
+    else:
+        accept = correct
+    kept = [{"prompt": solve_prompt(p.question), "completion": text} for (p, text), ok in zip(pairs, accept) if ok]
     sample_seconds = time.time() - start
     if not kept:
         print("error: no sample was accepted; nothing to fine-tune on", file=sys.stderr)
@@ -157,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     run.metrics.write_text("")
     total = len(train) * args.num_generations
     result = {"baseline": f"rft-{own.accept}", "rollouts": total, "sampled_accuracy": right / total,
-              "kept": len(kept), "updates": 1, "responses_per_update": total,
+              "kept": len(kept), "unscorable": dict(unscorable), "updates": 1, "responses_per_update": total,
               "train_seconds": round(time.time() - start, 1), "sample_seconds": round(sample_seconds, 1),
               **compare_greedy_rows(before["rows"], after["rows"], args.bootstrap_resamples, args.seed)}
     run.eval.write_text(json.dumps(result, indent=2))

@@ -139,3 +139,32 @@ def test_grpo_peer_writes_the_run_folder_the_rl_comparison_reads(tmp_path, capsy
     assert comparison([str(out), "--out", str(tmp_path / "comparison"), "--resamples", "20"]) == 0
     table = (tmp_path / "comparison.md").read_text()
     assert "| gold | 1 |" in table
+
+
+def test_rft_keeps_what_the_verifier_scores_and_counts_a_path_it_refuses():
+    """A path the verifier refuses (here: too long for it) is not kept and is counted by reason; the
+    other samples are still judged, in batches."""
+    from reward_models.verifier import VerifierInputError
+
+    class Verifier:
+        calls = 0
+
+        def score(self, questions, paths):
+            self.calls += 1
+            if any(len(p) > 3 for p in paths):
+                raise VerifierInputError("a path longer than the verifier's context")
+            return [[0.1 if "bad" in s else 0.9 for s in p] for p in paths]
+
+    samples = [("q1", "good step.\nThe answer is 1."),
+               ("q2", "good step.\nbad step.\nThe answer is 2."),
+               ("q3", "good.\ngood.\ngood.\ngood.\nThe answer is 3."),  # five steps: refused
+               ("q4", "good step without an answer"),
+               ("q5", "good step.\ngood step.\nThe answer is 5.")]
+    verifier = Verifier()
+    accept, unscorable = rft.verifier_accepts(verifier, samples, threshold=0.5)
+    assert unscorable == {"too_long": 1}
+    assert [i for i, ok in enumerate(accept) if ok] == [0, 4]  # q2 has a low step, q4 no answer
+    assert verifier.calls == 1 + 4  # the batch of the 4 answered paths, then each alone after the refusal
+    verifier = Verifier()
+    accept, unscorable = rft.verifier_accepts(verifier, samples[:2] + samples[3:], threshold=0.5)
+    assert (accept, dict(unscorable), verifier.calls) == ([True, False, False, True], {}, 1)
