@@ -475,7 +475,21 @@ def check_training_flags(cfg: CompareConfig) -> None:
         values = {**{k: ("ppo.args", v) for k, v in cfg.ppo.args.items()},
                   **{k: (f"ppo.runs.{name}.args", v) for k, v in run.args.items()},
                   "reward": (f"ppo.runs.{name}.reward", run.reward)}
+        _check_ppo_flag_names(values)
         _parse_flags("rl/ppo_step.py", (StepPPOConfig,), values, settings=f"ppo.runs.{name} (with ppo.args)")
+
+
+def _check_ppo_flag_names(values: dict[str, tuple[str, Any]]) -> None:
+    """rl/ppo_step.py's own check of the flag names (an inherited TrainingArguments flag it does not
+    read is refused, with the flag that does it), as a CompareError naming the config key."""
+    from rl.ppo_cli import check_given_names
+    from rl.ppo_config import ConfigError
+
+    for flag, (where, _) in values.items():
+        try:
+            check_given_names([flag], [])
+        except ConfigError as e:
+            raise CompareError(f"{where}.{flag}: {e} (rl/ppo_step.py)") from None
 
 
 def _parse_flags(script: str, types: tuple[type, ...], values: dict[str, tuple[str, Any]],

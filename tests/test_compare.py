@@ -203,6 +203,8 @@ def test_entry_point_is_the_package_cli(tmp_path):
     ("sft.args.learning_rate=fast", "sft.args.learning_rate"),
     ("sft.args.tasks=solve=1,dance=2", "sft.args"),
     ("ppo.args.num_updatez=3", "ppo.args.num_updatez"),
+    ("ppo.args.per_device_train_batch_size=4", "ppo.args.per_device_train_batch_size"),
+    ("ppo.runs.step_ppo.args.gradient_accumulation_steps=2", "ppo.runs.step_ppo.args.gradient_accumulation_steps"),
     ("ppo.runs.step_ppo.args.beta=-1", "ppo.runs.step_ppo"),
     ("ppo.runs.outcome_ppo.reward=outcom", "ppo.runs.outcome_ppo"),
     ("psv.combine_with=step-confidance", "psv.combine_with"),
