@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from inference.methods.stepco import AUTO, RevisionConfig
+from reward_models.load import is_reference_spec
 
 __all__ = ["CACHE", "CALIBRATION_PROBLEMS", "CHECK_PROBLEMS", "ChoiceError", "beats_first_paths", "check_settings",
            "choose_settings"]
@@ -178,7 +179,7 @@ def choose_settings(method: Any, config: Any, *, policy: str, verifier_spec: str
         chosen.update(threshold=config.threshold, threshold_why="given")
     elif config.max_rounds == 0:
         chosen.update(threshold=0.0, threshold_why="auto: max_rounds 0 revises nothing, so θ is not used; 0")
-    elif verifier_spec == "exact":
+    elif is_reference_spec(verifier_spec):
         chosen.update(threshold=0.5, threshold_why="auto: the exact checker scores a step 0 or 1, so any θ in (0, 1] "
                                                     "is the same; 0.5")
     else:

@@ -921,21 +921,24 @@ def run_from_args(args: EvalArguments, module: types.ModuleType, config: Any) ->
     options = {"chat_template": args.chat_template, **backend_kwargs} if args.backend == "hf" else backend_kwargs
     generator = _Lazy(lambda: build_generator(args.backend, args.policy, batch_size=args.batch_size,
                                               device=args.device, **options), "generator")
-    verifier = None
+    verifier, reference = None, False
     if args.verifier:
-        from reward_models.load import check_spec, load_verifier, needs_policy
+        from reward_models.load import check_spec, is_reference_spec, kinds_of, load_verifier, needs_policy
 
         spec = args.verifier
-        if spec == "exact" and not world_rows:
-            raise EvaluationError("the exact verifier checks world problems only: use --dataset world or a world JSONL")
         try:
+            kinds = kinds_of(spec)
             bare_confidence = needs_policy(spec)
         except ValueError as e:
             raise EvaluationError(str(e)) from None
+        world_only, reference = [k.name for k in kinds if k.needs_world], is_reference_spec(spec)
+        if world_only and not world_rows:
+            raise EvaluationError(f"the {world_only[0]} verifier checks world problems only: use --dataset world or "
+                                  f"a world JSONL")
         if bare_confidence and not Path(args.policy).is_dir():
             raise EvaluationError(f"{spec}: a confidence verifier reads the probabilities of a local policy: "
                                   f"--policy {args.policy} is not a directory (or name one: confidence:PATH)")
-        if spec == "exact":  # cheap: built now, so a bad spec fails before any generation
+        if [k.name for k in kinds] == ["exact"]:  # cheap: built now, so a bad spec fails before any generation
             verifier = load_verifier(spec, args.policy, world_rows=world_rows)
         else:
             try:  # an unknown kind, a misspelt PATH, a broken model folder: said before any generation
@@ -960,7 +963,7 @@ def run_from_args(args: EvalArguments, module: types.ModuleType, config: Any) ->
         if chosen is not None:
             run_info["chosen"] = chosen
         return evaluate(module, problems, generator, verifier, config, args.out, chunk_size=args.chunk_size,
-                        run_info=run_info, verifier_is_reference=args.verifier == "exact", overwrite=args.overwrite,
+                        run_info=run_info, verifier_is_reference=reference, overwrite=args.overwrite,
                         quiet=args.quiet, bootstrap_samples=args.bootstrap_samples)
     finally:
         for obj in (generator, verifier):

@@ -89,6 +89,12 @@ class VerifierKind:
     """A bare spec of this kind reads the policy passed alongside it."""
     combines: bool = False
     """REST is two or more specs joined step by step (`product:A,B`)."""
+    needs_world: bool = False
+    """It checks steps against the world's own computation, so it scores world problems only."""
+    trains_online: bool = False
+    """PPO can keep training it on the run's own answer checks (`--verifier_online_update`)."""
+    reference: bool = False
+    """It knows every step's truth (privileged): results with it are an upper reference, never a method."""
 
 
 VERIFIER_KINDS: dict[str, VerifierKind] = {}
@@ -107,7 +113,8 @@ def _no_check(*_: Any) -> None:
 def register_verifier_kind(name: str, *, usage: str, argument: str = "required",
                            check: Callable[[str | None, str | None], None] | None = None,
                            check_form: Callable[[str | None], None] | None = None, reads_policy: bool = False,
-                           combines: bool = False) -> Callable:
+                           combines: bool = False, needs_world: bool = False, trains_online: bool = False,
+                           reference: bool = False) -> Callable:
     """Register the decorated loader, `load(rest, ctx) -> Verifier`, as verifier kind `name`.
     `check` defaults to `check_form`, which defaults to requiring REST when `argument` is required."""
     if argument not in ("required", "optional", "none"):
@@ -124,7 +131,7 @@ def register_verifier_kind(name: str, *, usage: str, argument: str = "required",
                 check(rest, policy)
 
         VERIFIER_KINDS[name] = VerifierKind(name, usage, load, full_check, form, argument, reads_policy,
-                                            combines)
+                                            combines, needs_world, trains_online, reference)
         return load
 
     return register
@@ -165,6 +172,18 @@ def split_spec(spec: str) -> tuple[str, str | None]:
     if kind.name == PATH_KIND or rest is None:
         return spec, None
     return kind.name, rest
+
+
+def kinds_of(spec: str) -> list[VerifierKind]:
+    """The kind of each part of a spec (one for a spec that does not combine), for the facts the
+    registry holds (`needs_world`, `trains_online`, `reference`); ValueError for a bad combination."""
+    return [resolve(part)[0] for part in spec_parts(spec)]
+
+
+def is_reference_spec(spec: str | None) -> bool:
+    """Whether a spec is an upper reference: every part of it a privileged kind (`reference`: the
+    world's exact checker)."""
+    return bool(spec) and all(k.reference for k in kinds_of(spec or ""))
 
 
 def spec_parts(spec: str) -> list[str]:
@@ -266,7 +285,7 @@ def _world_rows(ctx: LoadContext) -> list[dict]:
     return [r for r in (ctx.world_rows or []) if isinstance(r, dict) and "world" in r]
 
 
-@register_verifier_kind("exact", usage="exact", argument="none")
+@register_verifier_kind("exact", usage="exact", argument="none", needs_world=True, reference=True)
 def _load_exact(rest: str | None, ctx: LoadContext) -> Verifier:
     rows = _world_rows(ctx)
     if not rows:
@@ -283,7 +302,7 @@ def _check_noise(rest: str | None) -> None:
 
 
 @register_verifier_kind("exact-noisy", usage="exact-noisy:accept=A/kinds=K+K/reject=R/seed=S",
-                        check_form=_check_noise)
+                        check_form=_check_noise, needs_world=True)
 def _load_exact_noisy(rest: str | None, ctx: LoadContext) -> Verifier:
     from reward_models.exact_noisy import load
 
@@ -302,7 +321,7 @@ def _check_implicit_form(rest: str | None) -> None:
 
 
 @register_verifier_kind("implicit", usage="implicit:PATH", check_form=_check_implicit_form,
-                        check=_check_implicit)
+                        check=_check_implicit, trains_online=True)
 def _load_implicit(rest: str | None, ctx: LoadContext) -> Verifier:
     from reward_models.implicit_prm import ImplicitPRM
 

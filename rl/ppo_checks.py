@@ -5,7 +5,7 @@ the credit form a step reward gets by default, the evaluation set of --eval_data
 from __future__ import annotations
 
 from reasoning.problem_sets import is_world_name
-from reward_models.load import spec_parts, split_spec
+from reward_models.load import kinds_of
 from rl.rewards import REWARDS, check_no_added_rewards
 
 AUTO = "auto"
@@ -69,7 +69,7 @@ def check_online_update(config) -> None:
     if not config.verifier_online_update:
         return
 
-    implicit = any(split_spec(p)[0] == "implicit" for p in spec_parts(config.verifier))
+    implicit = any(k.trains_online for k in kinds_of(config.verifier))
     if not REWARDS[config.reward].verifier or not implicit:
         raise ValueError(f"--verifier_online_update trains an implicit PRM: it needs --verifier implicit:PATH and a "
                          f"verifier reward; got --verifier {config.verifier} --reward {config.reward}")

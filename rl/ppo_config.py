@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from transformers import TrainingArguments
 
 from reasoning.steps import ANSWER_MATCHES
-from reward_models.load import spec_parts, split_spec
+from reward_models.load import kinds_of
 from reward_models.verifier import AGGREGATIONS
 from rl.distributed import deepspeed_launch, has_gpu
 from rl.ppo_checks import (
@@ -434,10 +434,9 @@ class StepPPOConfig(TrainingArguments):
         if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs or []):
             raise ValueError(f"--reward_weights gives {len(self.reward_weights)} weights for "
                              f"{len(self.reward_funcs or [])} --reward_funcs")
-        checkers = [p for p in spec_parts(self.verifier) if split_spec(p)[0] in ("exact", "exact-noisy")]
+        checkers = [k.name for k in kinds_of(self.verifier) if k.needs_world]
         if REWARDS[self.reward].verifier and checkers and self.dataset != "world":
-            raise ValueError(f"the {split_spec(checkers[0])[0]} verifier checks world problems only: "
-                             "use --dataset world")
+            raise ValueError(f"the {checkers[0]} verifier checks world problems only: use --dataset world")
         if self.reward_clip is not None and self.reward_clip <= 0:
             raise ValueError(f"--reward_clip must be > 0, got {self.reward_clip}")
         check_online_update(self)

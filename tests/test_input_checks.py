@@ -329,3 +329,23 @@ def test_annotation_leaves_out_a_question_beyond_the_context_and_refuses_an_empt
     assert run(empty, tmp_path / "empty.jsonl") == 2
     line = _one_line_error(capsys)
     assert f"--data {empty}: problem 2 (id 'p1') has an empty question" in line
+
+
+@pytest.mark.parametrize("spec", ["exact", "exact-noisy:accept=0.5", "product:exact-noisy:accept=0.5,step-confidence"])
+def test_a_world_only_verifier_on_other_problems_is_refused_by_evaluate_and_ppo(policy, tmp_path, capsys, spec):
+    """The registry says which kinds check world problems only; evaluate and PPO read it there, so
+    `exact-noisy` (alone or in a combination) is refused on a user's file as `exact` is, in one line,
+    before any model loads."""
+    data = _problems_file(tmp_path, [None, None])
+    name = spec.split(":")[1].split(",")[0] if spec.startswith("product:") else spec.split(":")[0]
+    runs = [
+        (_evaluate, ["--method", "best_of_n", "--policy", str(policy), "--dataset", str(data), "--verifier", spec,
+                     "--out", str(tmp_path / "eval")]),
+        (_ppo, ["--policy", str(policy), "--reward", "step", "--build_missing", "false", "--dataset", str(data),
+                "--verifier", spec, "--output_dir", str(tmp_path / "ppo")]),
+    ]
+    for run, argv in runs:
+        capsys.readouterr()
+        assert run(argv) == 2
+        assert f"the {name} verifier checks world problems only" in _one_line_error(capsys)
+    assert not (tmp_path / "eval").exists() and not (tmp_path / "ppo").exists()

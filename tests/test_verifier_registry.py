@@ -82,3 +82,15 @@ def test_inference_evaluate_reads_no_exception_text():
     assert "in str(e)" not in source and "NoVerifierError" in source
     with pytest.raises(NoVerifierError):
         Tracker(generator=None, verifier=None, n_problems=1).score([0], ["q"], [["a"]])
+
+
+def test_the_registry_holds_the_kind_facts_the_clis_read():
+    """Which kinds check world problems only, which PPO trains online and which are an upper
+    reference live in the registry, read per part of a combined spec."""
+    facts = {name: (k.needs_world, k.trains_online, k.reference) for name, k in load.VERIFIER_KINDS.items()}
+    assert {n for n, f in facts.items() if f[0]} == {"exact", "exact-noisy"}
+    assert {n for n, f in facts.items() if f[1]} == {"implicit"}
+    assert {n for n, f in facts.items() if f[2]} == {"exact"}
+    assert [k.name for k in load.kinds_of("product:exact-noisy:accept=0.5,implicit:/x")] == ["exact-noisy", "implicit"]
+    assert load.is_reference_spec("exact") and not load.is_reference_spec("min:exact,step-confidence")
+    assert not load.is_reference_spec(None) and not load.is_reference_spec("exact-noisy:accept=0.5")
