@@ -357,6 +357,28 @@ def _check_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
         raise EvaluationError(f"unknown flag {name}{did_you_mean(name, [k[2:] for k in known])}")
 
 
+def _set_recipe_defaults(parser, recipe: dict, flags, module: types.ModuleType, where: str) -> None:
+    """The recipe's values (its `method_options` under their flag names) as the parser's defaults;
+    EvaluationError naming an option the method or the harness does not have."""
+    from reasoning.flag_names import did_you_mean
+
+    defaults = dict(recipe)
+    options = defaults.pop("method_options", {})
+    if not isinstance(options, dict):
+        raise EvaluationError(f"{where}: method_options must be a mapping")
+    by_field = {v: k for k, v in flags.config_name.items()}
+    for k, v in options.items():
+        if k not in by_field:
+            raise EvaluationError(f"{where}: method {method_name(module)} has no option {k!r}"
+                                  + did_you_mean(str(k), list(by_field), prefix=""))
+        defaults[by_field[k]] = v
+    unknown = parser.set_defaults_with_config(**defaults)
+    if unknown:
+        name = unknown[0].lstrip("-")
+        known = [s[2:] for s in parser._option_string_actions if s.startswith("--")]
+        raise EvaluationError(f"{where}: unknown option {name!r}" + did_you_mean(name, known, prefix=""))
+
+
 def parse_args(argv: Sequence[str] | None = None) -> tuple[EvalArguments, types.ModuleType, Any]:
     """(harness arguments, method module, method Config) from the command line and `--config`.
 
@@ -365,8 +387,6 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[EvalArguments, types.
     SystemExit(2) with argparse's message for a bad flag or value, EvaluationError for a bad recipe
     or a value the dataclasses reject.
     """
-    from reasoning.flag_names import did_you_mean
-
     argv = list(sys.argv[1:] if argv is None else argv)
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--config", default=None)
@@ -386,22 +406,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[EvalArguments, types.
     flags = method_flags(module)
     parser = _parser((EvalArguments, flags), module)
     _check_flags(parser, argv)
-    where = f"--config {known.config}"
-    defaults = dict(recipe)
-    options = defaults.pop("method_options", {})
-    if not isinstance(options, dict):
-        raise EvaluationError(f"{where}: method_options must be a mapping")
-    by_field = {v: k for k, v in flags.config_name.items()}
-    for k, v in options.items():
-        if k not in by_field:
-            raise EvaluationError(f"{where}: method {method_name(module)} has no option {k!r}"
-                                  + did_you_mean(str(k), list(by_field), prefix=""))
-        defaults[by_field[k]] = v
-    unknown = parser.set_defaults_with_config(**defaults)
-    if unknown:
-        name = unknown[0].lstrip("-")
-        known = [s[2:] for s in parser._option_string_actions if s.startswith("--")]
-        raise EvaluationError(f"{where}: unknown option {name!r}" + did_you_mean(name, known, prefix=""))
+    _set_recipe_defaults(parser, recipe, flags, module, f"--config {known.config}")
     try:
         args, parsed, rest = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True,
                                                                 look_for_args_file=False)
@@ -674,6 +679,74 @@ def evaluate(
     and `chunk_size` are the same. verifier_is_reference: whether the verifier is an upper
     reference (default: True for the world's exact verifier). Returns the summary.
     """
+    module, config, problems = _checked_inputs(method, config, problems, chunk_size, run_info)
+    if verifier_is_reference is None:
+        verifier_is_reference = _is_reference(verifier)
+    run_config = _normalized({
+        "method": method_name(module),
+        "method_config": _normalized(dataclasses.asdict(config)),
+        **(run_info or {}),
+        "seed": getattr(config, "seed", None),
+        "chunk_size": chunk_size,
+        "problems": {"n": len(problems), "fingerprint": problems_fingerprint(problems)},
+    })
+    out = Path(out_dir)
+    state = _start(out, run_config, problems, overwrite, quiet)
+    done: dict[str, dict] = state["rows"]
+    _run_chunks(module, problems, chunk_size, done, generator, verifier, config, out, state["run"], quiet)
+    return _write_summary(out, run_config, [done[p.id] for p in problems if p.id in done], len(problems),
+                          bool(verifier_is_reference), bootstrap_samples)
+
+
+def _write_summary(out: Path, run_config: dict, rows: list[dict], n_problems: int, verifier_is_reference: bool,
+                   bootstrap_samples: int) -> dict[str, Any]:
+    """The run's summary (`summarize` of its rows and progress events, with the run's labels), written
+    atomically to `out/summary.json` and returned."""
+    progress_rows = [r for _, r in _read_jsonl(out / PROGRESS)[0]]
+    summary = summarize(rows, progress_rows, n_problems=n_problems, bootstrap_samples=bootstrap_samples)
+    summary = {
+        "method": run_config["method"],
+        **{k: v for k, v in run_config.items() if k not in ("method", "method_config", "problems")},
+        "verifier_is_reference": verifier_is_reference,
+        **summary,
+        "method_config": run_config["method_config"],
+        "problems_fingerprint": run_config["problems"]["fingerprint"],
+        "out_dir": str(out),
+    }
+    atomic_write(out / SUMMARY, json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _run_chunks(module, problems: list, chunk_size: int, done: dict, generator, verifier, config, out: Path,
+                run: Any, quiet: bool) -> None:
+    """Every chunk with a problem not yet done, in order, under a progress bar showing the accuracy
+    so far; the context cap, if the tracker applied one, said once."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(problems), initial=len(done), desc=method_name(module), unit="problem", disable=quiet,
+               dynamic_ncols=True)
+    capped_reported = False
+    try:
+        for c, start in enumerate(range(0, len(problems), chunk_size)):
+            chunk = problems[start : start + chunk_size]
+            if all(p.id in done for p in chunk):
+                continue
+            rows, capped = _run_chunk(module, chunk, c, done, generator, verifier, config, out, run)
+            if capped is not None and not capped_reported:
+                print(f"warning: max_new_tokens is larger than the model's context: capped to {capped}",
+                      file=sys.stderr)
+                capped_reported = True
+            bar.update(len(rows))
+            finished = [r for r in done.values()]
+            bar.set_postfix(acc=f"{sum(r['correct'] for r in finished) / len(finished):.3f}")
+    finally:
+        bar.close()
+
+
+def _checked_inputs(method, config, problems, chunk_size: int, run_info) -> tuple[types.ModuleType, Any, list]:
+    """The method's module, its config (default `Config()`) and the problems as a list, each checked:
+    EvaluationError for a config of another method, unresolved `auto` settings, a chunk size under 1,
+    repeated problem ids or an empty question."""
     module = load_method(method)
     if config is None:
         config = module.Config()
@@ -695,22 +768,13 @@ def evaluate(
         check_questions(problems, f"--dataset {(run_info or {}).get('dataset') or 'problems'}")
     except QuestionError as err:
         raise EvaluationError(str(err)) from None
-    if verifier_is_reference is None:
-        verifier_is_reference = _is_reference(verifier)
-    name = method_name(module)
-    seed = getattr(config, "seed", None)
-    method_config = _normalized(dataclasses.asdict(config))
-    run_config = _normalized({
-        "method": name,
-        "method_config": method_config,
-        **(run_info or {}),
-        "seed": seed,
-        "chunk_size": chunk_size,
-        "problems": {"n": len(problems), "fingerprint": problems_fingerprint(problems)},
-    })
-    out = Path(out_dir)
+    return module, config, problems
+
+
+def _start(out: Path, run_config: dict, problems: list, overwrite: bool, quiet: bool) -> dict:
+    """The run's state from its folder (`_recover`), said when it resumes, with a start event logged."""
     state = _recover(out, run_config, problems, overwrite)
-    done: dict[str, dict] = state["rows"]
+    done = state["rows"]
     if not quiet and (done or state["partial_lines_dropped"] or state["duplicate_rows_dropped"]):
         print(f"resuming {out}: {len(done)} of {len(problems)} problems done; dropped "
               f"{state['partial_lines_dropped']} partial line(s) and {state['duplicate_rows_dropped']} "
@@ -720,67 +784,40 @@ def evaluate(
         "event": "start", "run": state["run"], "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "rows_resumed": len(done), "partial_lines_dropped": state["partial_lines_dropped"],
         "duplicate_rows_dropped": state["duplicate_rows_dropped"]}) + "\n"])
+    return state
 
-    from tqdm.auto import tqdm
 
-    bar = tqdm(total=len(problems), initial=len(done), desc=name, unit="problem", disable=quiet, dynamic_ncols=True)
+def _run_chunk(module, chunk: list, c: int, done: dict, generator, verifier, config, out: Path,
+               run: Any) -> tuple[list[dict], int | None]:
+    """Chunk `c` run whole (same problems, same seed), so the rows written for its missing problems
+    are those an uninterrupted run writes; the rows are appended, fsynced and added to `done`.
+    Returns them and the token cap the tracker applied (None if none)."""
+    name = method_name(module)
+    todo = [i for i, p in enumerate(chunk) if p.id not in done]
+    t0 = time.perf_counter()
+    load_before = _load_seconds(generator) + _load_seconds(verifier)
+    seed = getattr(config, "seed", None)
+    cseed = chunk_seed(seed if isinstance(seed, int) else 0, c)
     has_seed = any(f.name == "seed" for f in dataclasses.fields(config))
-    capped_reported = False
+    chunk_config = dataclasses.replace(config, seed=cseed) if has_seed else config
+    _seed_everything(cseed)
+    tracker = Tracker(generator, verifier, len(chunk))
     try:
-        for c, start in enumerate(range(0, len(problems), chunk_size)):
-            chunk = problems[start : start + chunk_size]
-            todo = [i for i, p in enumerate(chunk) if p.id not in done]
-            if not todo:
-                continue
-            # The whole chunk runs again (same problems, same seed), so the rows written for its
-            # missing problems are those an uninterrupted run writes.
-            t0 = time.perf_counter()
-            load_before = _load_seconds(generator) + _load_seconds(verifier)
-            cseed = chunk_seed(seed if isinstance(seed, int) else 0, c)
-            chunk_config = dataclasses.replace(config, seed=cseed) if has_seed else config
-            _seed_everything(cseed)
-            tracker = Tracker(generator, verifier, len(chunk))
-            try:
-                outputs = module.run(blind(chunk), tracker, chunk_config)
-            except NoVerifierError:
-                raise EvaluationError(f"method {name} needs a verifier: pass --verifier") from None
-            outputs = list(outputs)
-            if len(outputs) != len(chunk):
-                raise EvaluationError(f"method {name} returned {len(outputs)} outputs for {len(chunk)} problems")
-            rows = [_row(chunk[i], outputs[i], c, tracker.flags[i]) for i in todo]
-            if tracker.capped_to is not None and not capped_reported:
-                print(f"warning: max_new_tokens is larger than the model's context: capped to {tracker.capped_to}",
-                      file=sys.stderr)
-                capped_reported = True
-            _fsync_append(out / RESULTS, [_dumps(r) + "\n" for r in rows])
-            for r in rows:
-                done[r["id"]] = _normalized(r)
-            seconds = time.perf_counter() - t0
-            load = _load_seconds(generator) + _load_seconds(verifier) - load_before
-            _fsync_append(out / PROGRESS, [_dumps({
-                "event": "chunk", "run": state["run"], "chunk": c, "seed": cseed, "problems": len(chunk),
-                "written": len(rows), "seconds": round(seconds, 4), "load_seconds": round(load, 4)}) + "\n"])
-            bar.update(len(rows))
-            finished = [r for r in done.values()]
-            bar.set_postfix(acc=f"{sum(r['correct'] for r in finished) / len(finished):.3f}")
-    finally:
-        bar.close()
-
-    progress_rows = [r for _, r in _read_jsonl(out / PROGRESS)[0]]
-    summary = summarize(
-        [done[i] for i in ids if i in done], progress_rows, n_problems=len(problems),
-        bootstrap_samples=bootstrap_samples)
-    summary = {
-        "method": name,
-        **{k: v for k, v in run_config.items() if k not in ("method", "method_config", "problems")},
-        "verifier_is_reference": bool(verifier_is_reference),
-        **summary,
-        "method_config": method_config,
-        "problems_fingerprint": run_config["problems"]["fingerprint"],
-        "out_dir": str(out),
-    }
-    atomic_write(out / SUMMARY, json.dumps(summary, indent=2) + "\n")
-    return summary
+        outputs = list(module.run(blind(chunk), tracker, chunk_config))
+    except NoVerifierError:
+        raise EvaluationError(f"method {name} needs a verifier: pass --verifier") from None
+    if len(outputs) != len(chunk):
+        raise EvaluationError(f"method {name} returned {len(outputs)} outputs for {len(chunk)} problems")
+    rows = [_row(chunk[i], outputs[i], c, tracker.flags[i]) for i in todo]
+    _fsync_append(out / RESULTS, [_dumps(r) + "\n" for r in rows])
+    for r in rows:
+        done[r["id"]] = _normalized(r)
+    seconds = time.perf_counter() - t0
+    load = _load_seconds(generator) + _load_seconds(verifier) - load_before
+    _fsync_append(out / PROGRESS, [_dumps({
+        "event": "chunk", "run": run, "chunk": c, "seed": cseed, "problems": len(chunk),
+        "written": len(rows), "seconds": round(seconds, 4), "load_seconds": round(load, 4)}) + "\n"])
+    return rows, tracker.capped_to
 
 
 def _load_seconds(obj: Any) -> float:
@@ -891,12 +928,13 @@ def check_server(model: str, options: dict[str, Any]) -> None:
         probe.close()
 
 
-def run_from_args(args: EvalArguments, module: types.ModuleType, config: Any) -> dict[str, Any]:
-    """Load the data, the (lazy) generator and verifier of the CLI settings, and evaluate."""
+def _check_policy(args: EvalArguments) -> None:
+    """EvaluationError (one line) for a policy the backend cannot load: not a directory for hf, or a
+    local-looking path that is absent or broken (vLLM takes a Hub id too)."""
     if args.backend == "hf" and not Path(args.policy).is_dir():
         raise EvaluationError(f"--policy {args.policy}: no such directory (the hf backend loads a "
                               "save_pretrained folder)")
-    if args.backend in ("hf", "vllm"):  # vLLM takes a Hub id too; a local-looking path must be there
+    if args.backend in ("hf", "vllm"):
         from inference.backends.model_files import ModelFilesError, check_model_folder, check_model_path
 
         try:
@@ -906,6 +944,42 @@ def run_from_args(args: EvalArguments, module: types.ModuleType, config: Any) ->
                 check_model_path("--policy", args.policy)
         except ModelFilesError as err:
             raise EvaluationError(str(err)) from None
+
+
+def _checked_verifier(args: EvalArguments, world_rows) -> tuple[Any, bool]:
+    """The verifier of --verifier (None without one), checked before any generation: the exact
+    checker built now (cheap), any other spec checked and loaded lazily; and whether it is an upper
+    reference. The registry says which kinds check world problems only."""
+    if not args.verifier:
+        return None, False
+    from reward_models.load import check_spec, is_reference_spec, kinds_of, load_verifier, needs_policy
+
+    spec = args.verifier
+    try:
+        kinds = kinds_of(spec)
+        bare_confidence = needs_policy(spec)
+    except ValueError as e:
+        raise EvaluationError(str(e)) from None
+    world_only = [k.name for k in kinds if k.needs_world]
+    if world_only and not world_rows:
+        raise EvaluationError(f"the {world_only[0]} verifier checks world problems only: use --dataset world or "
+                              f"a world JSONL")
+    if bare_confidence and not Path(args.policy).is_dir():
+        raise EvaluationError(f"{spec}: a confidence verifier reads the probabilities of a local policy: "
+                              f"--policy {args.policy} is not a directory (or name one: confidence:PATH)")
+    if [k.name for k in kinds] == ["exact"]:
+        return load_verifier(spec, args.policy, world_rows=world_rows), is_reference_spec(spec)
+    try:  # an unknown kind, a misspelt PATH, a broken model folder: said before any generation
+        check_spec(spec, args.policy)
+    except ValueError as e:
+        raise EvaluationError(str(e)) from None
+    return _Lazy(lambda: load_verifier(spec, args.policy, world_rows=world_rows, batch_size=args.verifier_batch_size,
+                                       device=args.device), "verifier"), is_reference_spec(spec)
+
+
+def run_from_args(args: EvalArguments, module: types.ModuleType, config: Any) -> dict[str, Any]:
+    """Load the data, the (lazy) generator and verifier of the CLI settings, and evaluate."""
+    _check_policy(args)
     from inference.chosen_settings import ChoiceError, check_settings, choose_settings
 
     try:  # StepCo's revision and θ left to auto: what cannot be used or chosen is said before anything loads
@@ -921,32 +995,7 @@ def run_from_args(args: EvalArguments, module: types.ModuleType, config: Any) ->
     options = {"chat_template": args.chat_template, **backend_kwargs} if args.backend == "hf" else backend_kwargs
     generator = _Lazy(lambda: build_generator(args.backend, args.policy, batch_size=args.batch_size,
                                               device=args.device, **options), "generator")
-    verifier, reference = None, False
-    if args.verifier:
-        from reward_models.load import check_spec, is_reference_spec, kinds_of, load_verifier, needs_policy
-
-        spec = args.verifier
-        try:
-            kinds = kinds_of(spec)
-            bare_confidence = needs_policy(spec)
-        except ValueError as e:
-            raise EvaluationError(str(e)) from None
-        world_only, reference = [k.name for k in kinds if k.needs_world], is_reference_spec(spec)
-        if world_only and not world_rows:
-            raise EvaluationError(f"the {world_only[0]} verifier checks world problems only: use --dataset world or "
-                                  f"a world JSONL")
-        if bare_confidence and not Path(args.policy).is_dir():
-            raise EvaluationError(f"{spec}: a confidence verifier reads the probabilities of a local policy: "
-                                  f"--policy {args.policy} is not a directory (or name one: confidence:PATH)")
-        if [k.name for k in kinds] == ["exact"]:  # cheap: built now, so a bad spec fails before any generation
-            verifier = load_verifier(spec, args.policy, world_rows=world_rows)
-        else:
-            try:  # an unknown kind, a misspelt PATH, a broken model folder: said before any generation
-                check_spec(spec, args.policy)
-            except ValueError as e:
-                raise EvaluationError(str(e)) from None
-            verifier = _Lazy(lambda: load_verifier(spec, args.policy, world_rows=world_rows,
-                                                   batch_size=args.verifier_batch_size, device=args.device), "verifier")
+    verifier, reference = _checked_verifier(args, world_rows)
     run_info = {"dataset": args.dataset, "policy": args.policy, "verifier": args.verifier, "backend": args.backend,
                 "backend_options": backend_kwargs or None, "batch_size": args.batch_size, "limit": args.limit}
     if args.dataset == "world" or args.dataset.startswith("world:"):
