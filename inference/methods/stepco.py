@@ -159,10 +159,30 @@ def verify_and_revise(problems: list[Problem], tracker: Tracker, config: Revisio
     if unresolved(config):
         raise ValueError(f"{', '.join(unresolved(config))}: chosen by `python -m inference.evaluate` "
                          "(inference.chosen_settings); give the method a revision and a threshold to run it directly")
-    n = len(problems)
+    states = _first_paths(problems, tracker, config)
+    for r in range(config.max_rounds + 1):
+        last = r == config.max_rounds
+        todo = [i for i, s in enumerate(states) if s.active and s.scores is None]
+        if todo and (config.verify_final or not last):
+            _verify(states, todo, problems, tracker)  # 1. every new path, in one call for all problems
+        pending = _decide(states, choose, last)  # 2. accept, stop, or choose where to revise
+        if not pending:
+            break
+        _revise(states, pending, problems, tracker, config, r)  # 3. in one call for all problems
+    return [MethodOutput(prediction=extract_answer(s.text, problem.answer_kind), completion=s.text,
+                         usage=tracker.usage[i],
+                         trace={"rounds": s.rounds, "stopped": s.stopped,
+                                "revisions": sum(1 for e in s.rounds if e["revised_index"] is not None),
+                                "threshold": config.threshold, "revision": config.revision},
+                         flags=s.flags)
+            for i, (problem, s) in enumerate(zip(problems, states))]
+
+
+def _first_paths(problems: list[Problem], tracker: Tracker, config: RevisionConfig) -> list[_State]:
+    """Round 0: one sampled path per problem; a path with no steps stops as unverifiable."""
     initial = SamplingParams(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
                              top_p=config.top_p, n=1, seed=config.seed)
-    outputs = tracker.generate(list(range(n)), [solve_prompt(p.question) for p in problems], initial)
+    outputs = tracker.generate(list(range(len(problems))), [solve_prompt(p.question) for p in problems], initial)
     states = []
     for problem, (c, *_) in zip(problems, outputs):
         path = split_steps(c.text)
@@ -174,83 +194,75 @@ def verify_and_revise(problems: list[Problem], tracker: Tracker, config: Revisio
             state.active, state.stopped = False, "unverifiable"
             state.flags.append("unverifiable")
         states.append(state)
+    return states
 
-    temperature = config.temperature if config.revision == "prompt" else config.resample_temperature
-    for r in range(config.max_rounds + 1):
-        last = r == config.max_rounds
-        # 1. verify every new path (one call for all problems)
-        todo = [i for i, s in enumerate(states) if s.active and s.scores is None]
-        if todo and (config.verify_final or not last):
-            spent: list[int] = []
-            scored = tracker.score_paths(todo, [problems[i].question for i in todo], [states[i].steps for i in todo],
+
+def _verify(states: list[_State], todo: list[int], problems: list[Problem], tracker: Tracker) -> None:
+    """The verifier's scores of the paths at `todo`, with its tokens; an unscorable path stops."""
+    spent: list[int] = []
+    scored = tracker.score_paths(todo, [problems[i].question for i in todo], [states[i].steps for i in todo],
                                  tokens=spent)
-            for i, scores, tokens in zip(todo, scored, spent):
-                s = states[i]
-                s.rounds[-1]["scores"] = scores
-                s.rounds[-1]["verifier_tokens"] = tokens
-                if scores is None:
-                    s.active, s.stopped = False, "unscorable"
-                    s.flags.append("unscorable")
-                else:
-                    s.scores = list(scores)
-        # 2. accept, stop, or choose where to revise
-        pending: list[tuple[int, int, float]] = []
-        for i, s in enumerate(states):
-            if not s.active:
-                continue
-            if s.scores is None:  # the last revision, left unverified (verify_final off)
-                s.active, s.stopped = False, "max_rounds"
-                continue
-            decision = choose(s.scores, s.floor)
-            if decision is None:
-                s.active, s.stopped = False, "accepted"
-            elif last:
-                s.active, s.stopped = False, "max_rounds"
-            else:
-                k, p = decision
-                k = min(max(k, s.floor), len(s.steps))  # the kept prefix is kept
-                s.floor = k
-                pending.append((i, k, p))
-        if not pending:
-            break
-        # 3. revise steps k.. of every rejected path (one call for all problems)
-        prompts = []
-        for i, k, p in pending:
-            q, steps = problems[i].question, states[i].steps
-            prompts.append(revise_prompt(q, steps, k, p) if config.revision == "prompt"
-                           else solve_prompt(q, steps[: k - 1]))
-        params = SamplingParams(max_new_tokens=config.max_new_tokens, temperature=temperature,
-                                top_p=config.top_p, n=1, seed=config.seed + r + 1)
-        revised = tracker.generate([i for i, _, _ in pending], prompts, params)
-        for (i, k, _), (c, *_) in zip(pending, revised):
-            s, kind = states[i], problems[i].answer_kind
-            kept = s.steps[: k - 1]
-            new = split_steps(c.text)
-            text = prefix_text(kept) + c.text
-            s.flags += completion_flags(c, new, extract_answer(text, kind))
-            if new.steps:
-                s.steps, s.text, s.scores = kept + list(new.steps), text, None
-                s.rounds.append({"round": r + 1, "steps": list(s.steps), "scores": None, "revised_index": k,
-                                 **_generation_tokens(c)})
-            else:
-                s.flags.append("revision_unusable")
-                s.rounds.append({"round": r + 1, "steps": list(s.steps), "scores": s.scores, "revised_index": k,
-                                 "unusable": True, **_generation_tokens(c)})
+    for i, scores, tokens in zip(todo, scored, spent):
+        s = states[i]
+        s.rounds[-1]["scores"] = scores
+        s.rounds[-1]["verifier_tokens"] = tokens
+        if scores is None:
+            s.active, s.stopped = False, "unscorable"
+            s.flags.append("unscorable")
+        else:
+            s.scores = list(scores)
 
-    results = []
-    for i, (problem, s) in enumerate(zip(problems, states)):
-        results.append(
-            MethodOutput(
-                prediction=extract_answer(s.text, problem.answer_kind),
-                completion=s.text,
-                usage=tracker.usage[i],
-                trace={"rounds": s.rounds, "stopped": s.stopped,
-                       "revisions": sum(1 for e in s.rounds if e["revised_index"] is not None),
-                       "threshold": config.threshold, "revision": config.revision},
-                flags=s.flags,
-            )
-        )
-    return results
+
+def _decide(states: list[_State], choose: Choose, last: bool) -> list[tuple[int, int, float]]:
+    """Each active path accepted, stopped, or sent for revision: (problem, revised index, choice
+    value) for those revised; the kept prefix never shrinks below the path's floor."""
+    pending: list[tuple[int, int, float]] = []
+    for i, s in enumerate(states):
+        if not s.active:
+            continue
+        if s.scores is None:  # the last revision, left unverified (verify_final off)
+            s.active, s.stopped = False, "max_rounds"
+            continue
+        decision = choose(s.scores, s.floor)
+        if decision is None:
+            s.active, s.stopped = False, "accepted"
+        elif last:
+            s.active, s.stopped = False, "max_rounds"
+        else:
+            k, p = decision
+            k = min(max(k, s.floor), len(s.steps))  # the kept prefix is kept
+            s.floor = k
+            pending.append((i, k, p))
+    return pending
+
+
+def _revise(states: list[_State], pending: list[tuple[int, int, float]], problems: list[Problem],
+            tracker: Tracker, config: RevisionConfig, r: int) -> None:
+    """Steps k.. of every pending path rewritten (revision prompt or resampled from the kept
+    prefix); a revision with no steps keeps the old path and is flagged unusable."""
+    temperature = config.temperature if config.revision == "prompt" else config.resample_temperature
+    prompts = []
+    for i, k, p in pending:
+        q, steps = problems[i].question, states[i].steps
+        prompts.append(revise_prompt(q, steps, k, p) if config.revision == "prompt"
+                       else solve_prompt(q, steps[: k - 1]))
+    params = SamplingParams(max_new_tokens=config.max_new_tokens, temperature=temperature,
+                            top_p=config.top_p, n=1, seed=config.seed + r + 1)
+    revised = tracker.generate([i for i, _, _ in pending], prompts, params)
+    for (i, k, _), (c, *_) in zip(pending, revised):
+        s, kind = states[i], problems[i].answer_kind
+        kept = s.steps[: k - 1]
+        new = split_steps(c.text)
+        text = prefix_text(kept) + c.text
+        s.flags += completion_flags(c, new, extract_answer(text, kind))
+        if new.steps:
+            s.steps, s.text, s.scores = kept + list(new.steps), text, None
+            s.rounds.append({"round": r + 1, "steps": list(s.steps), "scores": None, "revised_index": k,
+                             **_generation_tokens(c)})
+        else:
+            s.flags.append("revision_unusable")
+            s.rounds.append({"round": r + 1, "steps": list(s.steps), "scores": s.scores, "revised_index": k,
+                             "unusable": True, **_generation_tokens(c)})
 
 
 def _generation_tokens(c) -> dict[str, int]:
