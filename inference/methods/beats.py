@@ -278,20 +278,7 @@ def _expand(frontier: list[_Node], problems: list[Problem], tracker: Tracker, co
 
     Returns the next frontier (the new non-leaf nodes, merged and cut to `width`); leaves are
     recorded as candidates."""
-    branching = config.branching if config.temperature > 0 else 1
-    requests: list[tuple[int, _Node, str]] = []  # (position of the parent among its problem's frontier, node, action)
-    position: Counter[int] = Counter()
-    for node in frontier:
-        pos = position[node.problem]
-        position[node.problem] += 1
-        actions = []
-        if _can_forward(node, config):
-            actions += ["forward"] * branching
-        if _can_answer(node, config):
-            actions.append("final")
-        if actions:
-            states[node.problem].nodes_expanded += 1
-        requests += [(pos, node, a) for a in actions]
+    requests = _requests(frontier, config, states)
     if not requests:
         return []
     for p in {node.problem for _, node, _ in requests}:
@@ -329,6 +316,32 @@ def _expand(frontier: list[_Node], problems: list[Problem], tracker: Tracker, co
         children.setdefault(node.problem, []).append((rank[id(node)], pos, child))
         rank[id(node)] += 1
 
+    return _next_frontier(children, config, states)
+
+
+def _requests(frontier: list[_Node], config: Config, states: list[_State]) -> list[tuple[int, _Node, str]]:
+    """The generations a round asks for: (position of the parent among its problem's frontier, node,
+    action), `branching` forward steps where a node may go on and a final answer where it may stop."""
+    branching = config.branching if config.temperature > 0 else 1
+    requests: list[tuple[int, _Node, str]] = []
+    position: Counter[int] = Counter()
+    for node in frontier:
+        pos = position[node.problem]
+        position[node.problem] += 1
+        actions = []
+        if _can_forward(node, config):
+            actions += ["forward"] * branching
+        if _can_answer(node, config):
+            actions.append("final")
+        if actions:
+            states[node.problem].nodes_expanded += 1
+        requests += [(pos, node, a) for a in actions]
+    return requests
+
+
+def _next_frontier(children: dict[int, list[tuple[int, int, _Node]]], config: Config,
+                   states: list[_State]) -> list[_Node]:
+    """Each problem's new nodes in sibling-rank then parent order, cut to `width` (the cut counted)."""
     next_frontier = []
     for p in sorted(children):
         ordered = [c for _, _, c in sorted(children[p], key=lambda t: (t[0], t[1]))]
