@@ -62,15 +62,7 @@ def prepare_orm(generator, problems: Sequence[Problem], cfg: AnnotateConfig, sta
     orm_dir = Path(cfg.orm_dir or f"{cfg.out}.orm")
     info_path = orm_dir / "autopsv.json"
     if info_path.exists():
-        info = json.loads(info_path.read_text())
-        if info.get("settings") != orm_settings(cfg):
-            raise AnnotationError(f"{orm_dir} was trained with other settings ({info.get('settings')}); "
-                                  "remove it or choose --orm_dir")
-        model_path = info["model_path"]
-        if not Path(model_path).is_absolute():
-            model_path = str(orm_dir / model_path)
-        return OrmInfo(model_path, info["baseline"], info["train_problem_ids"], info["train_paths"],
-                       info["train_correct"], reused=True)
+        return _reused_orm(orm_dir, cfg)
     if orm_dir.exists():
         raise AnnotationError(f"{orm_dir} exists but holds no autopsv.json; remove it or choose --orm_dir")
     if train_fn is None:
@@ -80,35 +72,12 @@ def prepare_orm(generator, problems: Sequence[Problem], cfg: AnnotateConfig, sta
 
         verifier_factory = PSVVerifier.from_pretrained
     train_ids = set(orm_split([p.id for p in problems], cfg.orm_train_fraction, cfg.seed))
-    train_problems = [p for p in problems if p.id in train_ids]
-    questions, paths, rows = [], [], []
-    for start in progress(range(0, len(train_problems), cfg.batch_size), cfg, "autopsv: ORM paths"):
-        group = train_problems[start : start + cfg.batch_size]
-        seed = derive_seed(cfg.seed, "orm_paths", start // cfg.batch_size)
-        sampled = sample_paths(generator, group, cfg, seed, stats)
-        for problem, problem_paths in zip(group, sampled):
-            for k, path in enumerate(problem_paths):
-                questions.append(problem.question)
-                paths.append(path.steps)
-                rows.append({"id": f"{problem.id}/orm/{k}", "problem_id": problem.id,
-                             "prompt": problem.question, "completions": path.steps,
-                             "labels": [float(path.correct)] * len(path.steps),
-                             "answer_correct": path.correct})
+    rows = _orm_rows(generator, [p for p in problems if p.id in train_ids], cfg, stats)
+    questions, paths = [r["prompt"] for r in rows], [r["completions"] for r in rows]
     if not rows:
         raise AnnotationError("autopsv: the policy wrote no path with a step for the ORM-training problems")
     tmp = orm_dir.with_name(orm_dir.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    try:
-        returned = train_fn(rows, init_from=cfg.policy, output_dir=str(tmp), loss="mse", outcome_only=True,
-                            lora=cfg.orm_lora, num_train_epochs=cfg.orm_epochs,
-                            learning_rate=cfg.orm_learning_rate,
-                            per_device_train_batch_size=cfg.orm_batch_size, seed=cfg.seed,
-                            max_steps=cfg.orm_max_steps, skip_bad_rows=True)
-    except ValueError as err:  # e.g. no trainable row
-        raise AnnotationError(f"autopsv: training the ORM in {tmp} failed: {err}") from err
-    returned = Path(returned or tmp).resolve()
+    returned = _train_orm(rows, tmp, cfg, train_fn)
     try:
         relative = str(returned.relative_to(tmp.resolve()))
     except ValueError:
@@ -132,6 +101,53 @@ def prepare_orm(generator, problems: Sequence[Problem], cfg: AnnotateConfig, sta
     model_path = str(orm_dir / relative) if relative is not None else str(returned)
     return OrmInfo(model_path, info["baseline"], info["train_problem_ids"], info["train_paths"],
                    info["train_correct"])
+
+
+def _train_orm(rows: list[dict], tmp: Path, cfg: AnnotateConfig, train_fn: Callable[..., str]) -> Path:
+    """The ORM trained on `rows` into the fresh folder `tmp` (MSE on the outcome labels); the folder
+    of the model it returns, resolved."""
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    try:
+        returned = train_fn(rows, init_from=cfg.policy, output_dir=str(tmp), loss="mse", outcome_only=True,
+                            lora=cfg.orm_lora, num_train_epochs=cfg.orm_epochs,
+                            learning_rate=cfg.orm_learning_rate,
+                            per_device_train_batch_size=cfg.orm_batch_size, seed=cfg.seed,
+                            max_steps=cfg.orm_max_steps, skip_bad_rows=True)
+    except ValueError as err:  # e.g. no trainable row
+        raise AnnotationError(f"autopsv: training the ORM in {tmp} failed: {err}") from err
+    return Path(returned or tmp).resolve()
+
+
+def _reused_orm(orm_dir: Path, cfg: AnnotateConfig) -> OrmInfo:
+    """The ORM a finished run left in `orm_dir`, refused if it was trained with other settings."""
+    info = json.loads((orm_dir / "autopsv.json").read_text())
+    if info.get("settings") != orm_settings(cfg):
+        raise AnnotationError(f"{orm_dir} was trained with other settings ({info.get('settings')}); "
+                              "remove it or choose --orm_dir")
+    model_path = info["model_path"]
+    if not Path(model_path).is_absolute():
+        model_path = str(orm_dir / model_path)
+    return OrmInfo(model_path, info["baseline"], info["train_problem_ids"], info["train_paths"],
+                   info["train_correct"], reused=True)
+
+
+def _orm_rows(generator, train_problems: list[Problem], cfg: AnnotateConfig, stats: RunStats) -> list[dict]:
+    """The policy's sampled paths of the ORM-training problems, each labelled on every step with
+    whether its answer is right (AutoPSV's outcome labels)."""
+    rows = []
+    for start in progress(range(0, len(train_problems), cfg.batch_size), cfg, "autopsv: ORM paths"):
+        group = train_problems[start : start + cfg.batch_size]
+        seed = derive_seed(cfg.seed, "orm_paths", start // cfg.batch_size)
+        sampled = sample_paths(generator, group, cfg, seed, stats)
+        for problem, problem_paths in zip(group, sampled):
+            for k, path in enumerate(problem_paths):
+                rows.append({"id": f"{problem.id}/orm/{k}", "problem_id": problem.id,
+                             "prompt": problem.question, "completions": path.steps,
+                             "labels": [float(path.correct)] * len(path.steps),
+                             "answer_correct": path.correct})
+    return rows
 
 
 def orm_settings(cfg: AnnotateConfig) -> dict[str, Any]:

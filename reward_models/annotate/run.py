@@ -88,6 +88,38 @@ def _check_problems(problems: Sequence[Problem], cfg: AnnotateConfig) -> None:
                                   "field")
 
 
+def _policy_generator(cfg: AnnotateConfig) -> Generator:
+    """The policy through the hf backend, loaded on first use; a bad path is named now, in one line."""
+    from inference.backends.model_files import check_model_path
+
+    try:
+        check_model_path("--policy", cfg.policy)
+    except ValueError as err:
+        raise AnnotationError(str(err)) from None
+    return LazyHFGenerator(cfg.policy, cfg.gen_batch_size, cfg.chat_template)
+
+
+def _annotate_groups(method, generator, problems: list[Problem], cfg: AnnotateConfig, stats: RunStats,
+                     writer: ResumableWriter, total: int) -> int:
+    """Every group of `batch_size` problems with one not yet written, annotated and written; the
+    whole group is sampled again (same seeds, same batch) so a resumed run matches. Returns how
+    many problems were annotated."""
+    bar = progress(None, cfg, cfg.method, total=total)
+    annotated = 0
+    for g, start_index in enumerate(range(0, len(problems), cfg.batch_size)):
+        group = problems[start_index : start_index + cfg.batch_size]
+        todo = [p for p in group if p.id not in writer.done]
+        if not todo:
+            continue
+        rows_by_problem = method(generator, group, cfg, g, stats)
+        for problem in todo:
+            writer.write_problem(problem.id, rows_by_problem.get(problem.id, []))
+        annotated += len(todo)
+        bar.update(len(todo))
+    bar.close()
+    return annotated
+
+
 def annotate(
     cfg: AnnotateConfig,
     generator: Generator | None = None,
@@ -107,14 +139,8 @@ def annotate(
     _check_problems(problems, cfg)
     if len({p.id for p in problems}) != len(problems):
         raise AnnotationError("problem ids are not unique")
-    if generator is None:  # the policy loads on first use: a bad path is named now, in one line
-        from inference.backends.model_files import check_model_path
-
-        try:
-            check_model_path("--policy", cfg.policy)
-        except ValueError as err:
-            raise AnnotationError(str(err)) from None
-        generator = LazyHFGenerator(cfg.policy, cfg.gen_batch_size, cfg.chat_template)
+    if generator is None:
+        generator = _policy_generator(cfg)
     problems, too_long = _problems_that_fit(generator, problems, cfg)
     writer = ResumableWriter(cfg.out, cfg.settings(), overwrite=cfg.overwrite)
     stats = RunStats()
@@ -126,20 +152,7 @@ def annotate(
         else:
             method = ANNOTATORS[cfg.method]
         skipped = sum(p.id in writer.done for p in problems)
-        bar = progress(None, cfg, cfg.method, total=len(problems) - skipped)
-        annotated = 0
-        for g, start_index in enumerate(range(0, len(problems), cfg.batch_size)):
-            group = problems[start_index : start_index + cfg.batch_size]
-            todo = [p for p in group if p.id not in writer.done]
-            if not todo:
-                continue
-            # the whole group is sampled again (same seeds, same batch) so a resumed run matches
-            rows_by_problem = method(generator, group, cfg, g, stats)
-            for problem in todo:
-                writer.write_problem(problem.id, rows_by_problem.get(problem.id, []))
-            annotated += len(todo)
-            bar.update(len(todo))
-        bar.close()
+        annotated = _annotate_groups(method, generator, problems, cfg, stats, writer, len(problems) - skipped)
     finally:
         writer.close()
     summary = {
