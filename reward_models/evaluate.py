@@ -343,6 +343,39 @@ def sample_world_paths(generator, rows: Sequence[dict], samples: int, params) ->
     return items
 
 
+def _read_rows(data: str, first: int | None) -> tuple[str, list[dict], list[int], str]:
+    """(source, rows, their line numbers, their one kind) of a benchmark name or a JSONL file, the
+    first `first` rows only when given; DatasetError for no rows, rows of mixed kinds or a world row
+    without its world."""
+    if data.strip().lower().replace("-", "_") in BENCHMARKS:
+        problems = load_benchmark(data, limit=first)
+        rows = [{"id": p.id, "question": p.question, **p.meta} for p in problems]
+        source, lines = data, list(range(1, len(rows) + 1))
+    else:
+        if not Path(data).is_file():
+            raise FileNotFoundError(f"no such data file or benchmark name: {data}")
+        rows, lines = read_jsonl(data)
+        if first is not None:
+            rows, lines = rows[:first], lines[:first]
+        source = data
+    if not rows:
+        raise DatasetError(f"{source}: no rows")
+    kinds = [row_kind(r, f"{source}:{ln}") for r, ln in zip(rows, lines)]
+    kind = kinds[0]
+    for k, ln in zip(kinds, lines):
+        if k != kind:
+            raise DatasetError(f"{source}:{ln}: a {k} row in a file of {kind} rows")
+    if kind == "world":
+        for row, ln in zip(rows, lines):
+            world = row["world"]
+            if not (isinstance(world, dict) and isinstance(world.get("quantities"), dict)
+                    and isinstance(world.get("target"), str) and world["target"] in world["quantities"]
+                    and isinstance(row.get("question"), str)):
+                raise DatasetError(f"{source}:{ln}: not a world row: needs 'question' and a 'world' object "
+                                   "with 'quantities' and a 'target' among them")
+    return source, rows, lines, kind
+
+
 def load_eval_set(data: str, args: EvalArguments, generator_factory, default_split: str = "test",
                   limit: int | None = None) -> EvalSet:
     """The paths of `data` (see the module docstring); world problems are sampled from the policy."""
@@ -355,38 +388,8 @@ def load_eval_set(data: str, args: EvalArguments, generator_factory, default_spl
         world_rows = generate(split, n, args.world_seed, _world_config_for(args.policy))
         kind = "world"
     else:
-        first = limit if args.limit_strategy == "first" else None  # any other strategy reads every row
-        if data.strip().lower().replace("-", "_") in BENCHMARKS:
-            problems = load_benchmark(data, limit=first)
-            rows = [{"id": p.id, "question": p.question, **p.meta} for p in problems]
-            source, lines = data, list(range(1, len(rows) + 1))
-        else:
-            if not Path(data).is_file():
-                raise FileNotFoundError(f"no such data file or benchmark name: {data}")
-            rows, lines = read_jsonl(data)
-            if first is not None:
-                rows, lines = rows[:first], lines[:first]
-            source = data
-        if not rows:
-            raise DatasetError(f"{source}: no rows")
-        kinds = [row_kind(r, f"{source}:{ln}") for r, ln in zip(rows, lines)]
-        kind = kinds[0]
-        for k, ln in zip(kinds, lines):
-            if k != kind:
-                raise DatasetError(f"{source}:{ln}: a {k} row in a file of {kind} rows")
-        if kind == "world":
-            for row, ln in zip(rows, lines):
-                world = row["world"]
-                if not (isinstance(world, dict) and isinstance(world.get("quantities"), dict)
-                        and isinstance(world.get("target"), str) and world["target"] in world["quantities"]
-                        and isinstance(row.get("question"), str)):
-                    raise DatasetError(f"{source}:{ln}: not a world row: needs 'question' and a 'world' object "
-                                       "with 'quantities' and a 'target' among them")
-            world_rows = rows
-            if limit is not None:
-                world_rows = [rows[i] for i in limited_rows([None] * len(rows), limit, args.limit_strategy,
-                                                            args.seed)]
-        else:
+        source, rows, lines, kind = _read_rows(data, limit if args.limit_strategy == "first" else None)
+        if kind != "world":
             items = [item_from_row(r, kind, i, f"{source}:{ln}") for i, (r, ln) in enumerate(zip(rows, lines))]
             if limit is not None:
                 items = [items[i] for i in limited_rows([it.gold for it in items], limit, args.limit_strategy,
@@ -394,6 +397,9 @@ def load_eval_set(data: str, args: EvalArguments, generator_factory, default_spl
                 if not items:
                     raise DatasetError(f"{source}: no rows (--limit {limit})")
             return EvalSet(data, kind, items)
+        world_rows = rows
+        if limit is not None:
+            world_rows = [rows[i] for i in limited_rows([None] * len(rows), limit, args.limit_strategy, args.seed)]
     from inference.backends.base import SamplingParams
 
     if not args.policy:
@@ -583,26 +589,35 @@ def evaluate(args: EvalArguments) -> dict[str, Any]:
     excluded = Counter(it.excluded for it, sc in zip(test.items, scores) if it.excluded and sc is not None)
     result["excluded_from_step_metric"] = dict(excluded)
     if test.kind == "world":
-        by_problem: dict[str, list] = {}
-        for item, sc in zip(test.items, scores):
-            group = by_problem.setdefault(item.problem_id, [])
-            if len(group) < args.bon_n:
-                group.append((sc, bool(item.is_correct)))
-        result["paths"] = len(test.items)
-        result["sample_accuracy"] = sum(bool(it.is_correct) for it in test.items) / max(len(test.items), 1)
-        if by_problem:
-            result["best_of_n"] = best_of_n_accuracy(list(by_problem.values()), AGGREGATIONS)
+        result.update(_world_path_metrics(test.items, scores, args.bon_n))
     result["seconds"] = round(time.time() - start, 2)
     if args.out:
-        pred_of = dict(zip(idx, preds))
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with out.open("w") as fh:
-            for i, (item, sc, reason) in enumerate(zip(test.items, scores, reasons)):
-                row = {k: v for k, v in asdict(item).items() if k != "question"}
-                row.update(scores=sc, pred=pred_of.get(i), skipped=reason[0] if reason else None)
-                fh.write(json.dumps(row) + "\n")
+        _write_rows(Path(args.out), test.items, scores, reasons, dict(zip(idx, preds)))
     return result
+
+
+def _world_path_metrics(items: list, scores: list, bon_n: int) -> dict[str, Any]:
+    """The sampled paths' count and accuracy, and Best-of-`bon_n` accuracy under each aggregation."""
+    by_problem: dict[str, list] = {}
+    for item, sc in zip(items, scores):
+        group = by_problem.setdefault(item.problem_id, [])
+        if len(group) < bon_n:
+            group.append((sc, bool(item.is_correct)))
+    result: dict[str, Any] = {"paths": len(items),
+                              "sample_accuracy": sum(bool(it.is_correct) for it in items) / max(len(items), 1)}
+    if by_problem:
+        result["best_of_n"] = best_of_n_accuracy(list(by_problem.values()), AGGREGATIONS)
+    return result
+
+
+def _write_rows(out: Path, items: list, scores: list, reasons: list, pred_of: dict[int, Any]) -> None:
+    """One JSONL row per path: the item without its question, its scores, prediction and skip reason."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w") as fh:
+        for i, (item, sc, reason) in enumerate(zip(items, scores, reasons)):
+            row = {k: v for k, v in asdict(item).items() if k != "question"}
+            row.update(scores=sc, pred=pred_of.get(i), skipped=reason[0] if reason else None)
+            fh.write(json.dumps(row) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
