@@ -478,41 +478,26 @@ def probe_loss(prm: ImplicitPRM, rows: list[dict], batch_size: int) -> float | N
     return total / len(rows)
 
 
-def train_implicit_prm(rows: Sequence[Any], cfg: ImplicitPRMConfig, source: str | None = None,
-                       lines: Sequence[int] | None = None) -> dict[str, Any]:
-    """Validate `rows`, train the implicit PRM from `cfg.init_from`, save it; returns the summary."""
-
-    cfg.validate()
-    check_model_path("--init_from", cfg.init_from)
-    start = time.time()
-    clean, bad = check_outcome_rows(rows, cfg.skip_bad_rows, source, lines)
-    torch.manual_seed(cfg.seed)
-    prm = load_for_training(cfg.init_from, cfg.beta)
-    clean, too_long = check_lengths(clean, prm.tokenizer, prm.max_length, cfg.skip_bad_rows, source, lines)
-    bad = sorted(bad + too_long, key=lambda b: b["index"])
-    if not clean:
-        raise ValueError("no trainable rows" + (f" ({len(bad)} bad rows skipped)" if bad else ""))
-    rng = random.Random(cfg.seed)
-    probe = rng.sample(clean, min(cfg.loss_probe_rows, len(clean)))
-    per_epoch = math.ceil(len(clean) / cfg.batch_size)
-    total_steps = cfg.max_steps if cfg.max_steps > 0 else max(1, math.ceil(per_epoch * cfg.num_train_epochs))
-    labels = [r["label"] for r in clean]
-    right = int(sum(labels))
-    answer_match = labels_answer_match(source)
-    log_line({"implicit_prm": "start", "rows": len(clean), "right": right, "wrong": len(clean) - right,
-              "label_mean": round(right / len(clean), 4), "answer_match": answer_match, "skipped_rows": len(bad),
-              "steps": total_steps, "batch_size": cfg.batch_size})
-    if right in (0, len(clean)):
+def _log_start(rows: int, right: int, answer_match: Any, skipped: int, steps: int, batch_size: int) -> None:
+    """The start line, and a warning when every row carries the same label."""
+    log_line({"implicit_prm": "start", "rows": rows, "right": right, "wrong": rows - right,
+              "label_mean": round(right / rows, 4), "answer_match": answer_match, "skipped_rows": skipped,
+              "steps": steps, "batch_size": batch_size})
+    if right in (0, rows):
         log_line({"warning": f"every row is labelled {'right' if right else 'wrong'}: the PRM can only learn to "
                              "say so (check the annotation's --answer_match and the policy's answers)"})
-    loss_before = probe_loss(prm, probe, cfg.batch_size)
+
+
+def _optimise(prm, clean: list[dict], cfg: ImplicitPRMConfig, rng: random.Random, total_steps: int,
+              start: float) -> tuple[list[float], list[dict[str, Any]]]:
+    """`total_steps` AdamW steps on the outcome loss over shuffled epochs of `clean`, logged every
+    `logging_steps`; returns every step's loss and the log entries. Leaves the model in eval mode."""
     params = [p for p in prm.model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0)
     prm.model.train()
     order: list[dict] = []
-    losses = []
+    losses: list[float] = []
     log_history: list[dict[str, Any]] = []
-    tokens_before = prm.tokens_used
     from tqdm.auto import tqdm
 
     bar = tqdm(total=total_steps, desc="implicit PRM", disable=cfg.disable_tqdm, dynamic_ncols=True)
@@ -539,6 +524,33 @@ def train_implicit_prm(rows: Sequence[Any], cfg: ImplicitPRMConfig, source: str 
             bar.set_postfix(loss=f"{entry['loss']:.4f}")
     bar.close()
     prm.model.eval()
+    return losses, log_history
+
+
+def train_implicit_prm(rows: Sequence[Any], cfg: ImplicitPRMConfig, source: str | None = None,
+                       lines: Sequence[int] | None = None) -> dict[str, Any]:
+    """Validate `rows`, train the implicit PRM from `cfg.init_from`, save it; returns the summary."""
+
+    cfg.validate()
+    check_model_path("--init_from", cfg.init_from)
+    start = time.time()
+    clean, bad = check_outcome_rows(rows, cfg.skip_bad_rows, source, lines)
+    torch.manual_seed(cfg.seed)
+    prm = load_for_training(cfg.init_from, cfg.beta)
+    clean, too_long = check_lengths(clean, prm.tokenizer, prm.max_length, cfg.skip_bad_rows, source, lines)
+    bad = sorted(bad + too_long, key=lambda b: b["index"])
+    if not clean:
+        raise ValueError("no trainable rows" + (f" ({len(bad)} bad rows skipped)" if bad else ""))
+    rng = random.Random(cfg.seed)
+    probe = rng.sample(clean, min(cfg.loss_probe_rows, len(clean)))
+    per_epoch = math.ceil(len(clean) / cfg.batch_size)
+    total_steps = cfg.max_steps if cfg.max_steps > 0 else max(1, math.ceil(per_epoch * cfg.num_train_epochs))
+    right = int(sum(r["label"] for r in clean))
+    answer_match = labels_answer_match(source)
+    _log_start(len(clean), right, answer_match, len(bad), total_steps, cfg.batch_size)
+    loss_before = probe_loss(prm, probe, cfg.batch_size)
+    tokens_before = prm.tokens_used
+    losses, log_history = _optimise(prm, clean, cfg, rng, total_steps, start)
     train_tokens = prm.tokens_used - tokens_before
     loss_after = probe_loss(prm, probe, cfg.batch_size)
     seconds = round(time.time() - start, 2)
