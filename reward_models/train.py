@@ -493,36 +493,45 @@ def run(rows: Sequence[Any], args: PSVArguments, training_args: PSVTrainingConfi
     }
     trainer.save_model(str(out))
     if trainer.is_world_process_zero():
-        tokenizer.save_pretrained(str(out))
-        if args.lora:
-            adapter_config = out / "adapter_config.json"
-            config = json.loads(adapter_config.read_text())
-            config["base_model_name_or_path"] = facts["base_model"]
-            config["modules_to_save"] = list(dict.fromkeys(config.get("modules_to_save") or []))
-            adapter_config.write_text(json.dumps(config, indent=2))
-        psv_config = {
-            "format": "steprl-psv",
-            "loss": args.loss,
-            "outcome_only": args.outcome_only,
-            "label_balance": args.label_balance,
-            "lora": args.lora,
-            "max_length": max_length,
-            **facts,
-            "data": {"source": source, **stats},
-            "training": {
-                "learning_rate": training_args.learning_rate,
-                "num_train_epochs": training_args.num_train_epochs,
-                "max_steps": training_args.max_steps,
-                "per_device_train_batch_size": batch,
-                "seed": training_args.seed,
-                "global_steps": output.global_step,
-                "train_loss": output.training_loss,
-                "train_seconds": round(train_seconds, 2),
-            },
-            "loss_probe": {"rows": len(probe), "before": loss_before, "after": loss_after},
-        }
-        (out / "psv_config.json").write_text(json.dumps(psv_config, indent=2))
+        _save_psv_files(out, tokenizer, args, training_args, facts, max_length, source, stats, output,
+                        round(train_seconds, 2), {"rows": len(probe), "before": loss_before, "after": loss_after})
     return summary
+
+
+def _save_psv_files(out: Path, tokenizer, args: PSVArguments, training_args: PSVTrainingConfig, facts: dict,
+                    max_length, source: str | None, stats: dict, output, train_seconds: float,
+                    loss_probe: dict) -> None:
+    """Beside the saved weights: the tokenizer, a LoRA adapter's base model, and `psv_config.json`
+    (the format, the loss, the data's statistics, the training and the loss probe)."""
+    tokenizer.save_pretrained(str(out))
+    if args.lora:
+        adapter_config = out / "adapter_config.json"
+        config = json.loads(adapter_config.read_text())
+        config["base_model_name_or_path"] = facts["base_model"]
+        config["modules_to_save"] = list(dict.fromkeys(config.get("modules_to_save") or []))
+        adapter_config.write_text(json.dumps(config, indent=2))
+    psv_config = {
+        "format": "steprl-psv",
+        "loss": args.loss,
+        "outcome_only": args.outcome_only,
+        "label_balance": args.label_balance,
+        "lora": args.lora,
+        "max_length": max_length,
+        **facts,
+        "data": {"source": source, **stats},
+        "training": {
+            "learning_rate": training_args.learning_rate,
+            "num_train_epochs": training_args.num_train_epochs,
+            "max_steps": training_args.max_steps,
+            "per_device_train_batch_size": training_args.per_device_train_batch_size,
+            "seed": training_args.seed,
+            "global_steps": output.global_step,
+            "train_loss": output.training_loss,
+            "train_seconds": train_seconds,
+        },
+        "loss_probe": loss_probe,
+    }
+    (out / "psv_config.json").write_text(json.dumps(psv_config, indent=2))
 
 
 def train_verifier(
