@@ -347,19 +347,9 @@ def with_ppo_names(values: dict[str, Any], notes=None, where: str = "") -> dict[
     return {**values, "ppo": ppo}
 
 
-def validate(cfg: CompareConfig) -> None:
-    from inference.evaluate import load_method
-
-    if cfg.workers < 1:
-        raise CompareError(f"workers must be >= 1, got {cfg.workers}")
-    if not cfg.policies:
-        raise CompareError("policies: name at least one policy")
-    known = {"sft", *cfg.ppo.runs}
-    for name in cfg.policies:
-        if name not in known:
-            raise CompareError(f"policies: {name!r} is neither 'sft' nor a run of ppo.runs ({', '.join(cfg.ppo.runs)})")
-    if len(set(cfg.policies)) != len(cfg.policies):
-        raise CompareError("policies: a policy is named twice")
+def _validate_training_sections(cfg: CompareConfig) -> None:
+    """The PPO runs' flags (no budget flag per run, nothing compare sets itself), the SFT and verifier
+    LM output folders, and the PSV combination."""
     for name, run in cfg.ppo.runs.items():
         clash = sorted(k for k in run.args if k in BUDGET_KEYS)
         if clash:
@@ -381,13 +371,12 @@ def validate(cfg: CompareConfig) -> None:
                                f"got {cfg.psv.combine_rule!r}")
         if not str(cfg.psv.combine_with).strip() or split_spec(cfg.psv.combine_with)[0] in COMBINE_RULES:
             raise CompareError(f"psv.combine_with must be one verifier spec, got {cfg.psv.combine_with!r}")
-    ev = cfg.eval
-    if not ev.dataset.startswith("world"):
-        for what, data in (("ppo.args.dataset", cfg.ppo.args.get("dataset", "world")),
-                           ("psv.annotate.data", cfg.psv.annotate.get("data", "world"))):
-            if str(data) == ev.dataset:
-                raise CompareError(f"{what} is the evaluation set ({ev.dataset}): training would see the problems "
-                                   "it is evaluated on; give it a train split (e.g. a .jsonl file)")
+
+
+def _validate_eval_section(ev: EvalSection) -> None:
+    """The evaluation's sizes, θ's dev problems, and each method's options (no `auto` left)."""
+    from inference.evaluate import load_method
+
     if ev.n_problems < 1:
         raise CompareError(f"eval.n_problems must be >= 1, got {ev.n_problems}")
     if ev.threshold_dev_problems is not None:
@@ -412,6 +401,28 @@ def validate(cfg: CompareConfig) -> None:
         if isinstance(mcfg, RevisionConfig) and unresolved(mcfg):  # `auto` is the evaluation CLI's to choose
             raise CompareError(f"eval.methods.{method}: give {' and '.join(u.split('=')[0] for u in unresolved(mcfg))} "
                                "(prompt or resample; a number): compare does not choose them")
+
+
+def validate(cfg: CompareConfig) -> None:
+    if cfg.workers < 1:
+        raise CompareError(f"workers must be >= 1, got {cfg.workers}")
+    if not cfg.policies:
+        raise CompareError("policies: name at least one policy")
+    known = {"sft", *cfg.ppo.runs}
+    for name in cfg.policies:
+        if name not in known:
+            raise CompareError(f"policies: {name!r} is neither 'sft' nor a run of ppo.runs ({', '.join(cfg.ppo.runs)})")
+    if len(set(cfg.policies)) != len(cfg.policies):
+        raise CompareError("policies: a policy is named twice")
+    _validate_training_sections(cfg)
+    ev = cfg.eval
+    if not ev.dataset.startswith("world"):
+        for what, data in (("ppo.args.dataset", cfg.ppo.args.get("dataset", "world")),
+                           ("psv.annotate.data", cfg.psv.annotate.get("data", "world"))):
+            if str(data) == ev.dataset:
+                raise CompareError(f"{what} is the evaluation set ({ev.dataset}): training would see the problems "
+                                   "it is evaluated on; give it a train split (e.g. a .jsonl file)")
+    _validate_eval_section(ev)
     if any(not isinstance(n, int) or n < 1 for n in ev.curve_n):
         raise CompareError(f"eval.curve_n must be positive integers, got {ev.curve_n}")
     for where, spec in (("psv.path", cfg.psv.path), ("psv.combine_with", cfg.psv.combine_with),

@@ -55,6 +55,45 @@ def eval_groups(cfg: CompareConfig, world: bool, workers: int) -> list[list[str]
     return [g for g in (heavy, rest) if g]
 
 
+def _run_info(ev: EvalSection, policy: str, policy_name: str, verifier_name: str | None) -> dict[str, Any]:
+    """The labels a cell's run records (its world seed on world data)."""
+    run_info = {"dataset": ev.dataset, "policy": policy, "policy_name": policy_name, "verifier": verifier_name,
+                "backend": ev.backend, "batch_size": ev.batch_size, "n_problems": ev.n_problems}
+    if ev.dataset.startswith("world"):
+        run_info["world_seed"] = ev.world_seed
+    return run_info
+
+
+def _cell_verifier(cfg: CompareConfig, arts: dict, label: str, method: str, verifier, exact) -> tuple[Any, Any]:
+    """A cell's verifier and the name its key records: the exact checker for the reference, none for
+    a method that reads none, else the methods' verifier."""
+    if label == REFERENCE:
+        return exact, "exact"
+    if method in NEEDS_NO_VERIFIER:
+        return None, None
+    return verifier, methods_verifier_spec(cfg, arts, ref=True)
+
+
+def _keyed_cell(cell_dir: Path, key: dict[str, Any], name: str) -> bool:
+    """Writes the cell's key; True when its rows must be started afresh: the stored key differs (said),
+    or rows exist with no key."""
+    overwrite = False
+    key_path = cell_dir / CELL_KEY
+    if key_path.exists():
+        try:
+            stored = json.loads(key_path.read_text())
+        except json.JSONDecodeError:
+            stored = None
+        if stored != json.loads(json.dumps(key, default=str)):
+            log(f"{name}: the settings changed since {cell_dir} was written; starting it afresh")
+            overwrite = True
+    elif (cell_dir / "results.jsonl").exists():
+        overwrite = True
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    key_path.write_text(json.dumps(key, indent=2, default=str) + "\n")
+    return overwrite
+
+
 def evaluate_policy(cfg: CompareConfig, policy_name: str, out: Path, labels: Sequence[str] | None = None) -> None:
     """Every method (and the reference) on one policy, into out/eval/<policy>/<label>/ (resumable);
     only the cells named in `labels` when given."""
@@ -93,32 +132,13 @@ def evaluate_policy(cfg: CompareConfig, policy_name: str, out: Path, labels: Seq
             config = method_config(module, options, ev.seed)
             if label == REFERENCE:
                 exact = exact or load_verifier("exact", policy, world_rows=world_rows)
-                cell_verifier, verifier_name = exact, "exact"
-            else:
-                cell_verifier = None if method in NEEDS_NO_VERIFIER else verifier
-                verifier_name = None if cell_verifier is None else methods_verifier_spec(cfg, arts, ref=True)
+            cell_verifier, verifier_name = _cell_verifier(cfg, arts, label, method, verifier, exact)
             cell_dir = out / "eval" / policy_name / label
             key = {"policy": arts[policy_name].ref, "verifier": verifier_name, "method": method,
                    "config": dataclasses.asdict(config), "problems": fingerprint, "backend": ev.backend,
                    "backend_options": ev.backend_options, "batch_size": ev.batch_size, "chunk_size": ev.chunk_size}
-            overwrite = False
-            key_path = cell_dir / CELL_KEY
-            if key_path.exists():
-                try:
-                    stored = json.loads(key_path.read_text())
-                except json.JSONDecodeError:
-                    stored = None
-                if stored != json.loads(json.dumps(key, default=str)):
-                    log(f"{policy_name}/{label}: the settings changed since {cell_dir} was written; starting it afresh")
-                    overwrite = True
-            elif (cell_dir / "results.jsonl").exists():
-                overwrite = True
-            cell_dir.mkdir(parents=True, exist_ok=True)
-            key_path.write_text(json.dumps(key, indent=2, default=str) + "\n")
-            run_info = {"dataset": ev.dataset, "policy": policy, "policy_name": policy_name, "verifier": verifier_name,
-                        "backend": ev.backend, "batch_size": ev.batch_size, "n_problems": ev.n_problems}
-            if ev.dataset.startswith("world"):
-                run_info["world_seed"] = ev.world_seed
+            overwrite = _keyed_cell(cell_dir, key, f"{policy_name}/{label}")
+            run_info = _run_info(ev, policy, policy_name, verifier_name)
             done = 0 if overwrite else len({r.get("id") for r in read_results(cell_dir)} & ids)
             if done == len(problems) and (cell_dir / "summary.json").exists():
                 log(f"{policy_name}/{label}: complete in {cell_dir}, reused")

@@ -43,6 +43,56 @@ def run(cfg: CompareConfig, out: Path, command: str = "") -> dict[str, Any]:
     log_dir = out / "logs"
     (out / RESOLVED).write_text(json.dumps(plain(cfg), indent=2) + "\n")
     arts = artefacts(cfg)
+    status = _artefact_status(cfg, arts)
+
+    # 1. SFT policy, verifier LM, PSV, one after the other (everything else depends on them)
+    t0 = time.time()
+    calibration = _build_shared(cfg, arts, out, log_dir)
+    # 2. PPO runs (side by side with workers > 1), then 3. the evaluation of every policy
+    jobs = _jobs(cfg, arts, out, log_dir)
+    train_seconds = time.time() - t0
+    t1 = time.time()
+    run_jobs(jobs, cfg.workers, log_dir)
+    jobs_seconds = time.time() - t1
+
+    # 4. collect, analyse, report
+    t2 = time.time()
+    problems_list, world_rows = load_eval_problems(cfg.eval, arts["sft"].spec)
+    table, results, curves, changes, fingerprint = _collect(cfg, out, problems_list, bool(world_rows))
+    effect_rows = effects(cfg, results)
+    artefact_info = _artefact_info(cfg, arts, status)
+    report_seconds = time.time() - t2
+    summary = {
+        "dataset": cfg.eval.dataset, "n_problems": len(problems_list), "problems_fingerprint": fingerprint,
+        "policies": cfg.policies, "methods": list(cfg.eval.methods),
+        "reference": REFERENCE if cfg.eval.reference_exact and world_rows and "stepco" in cfg.eval.methods else None,
+        "verifier": methods_verifier_spec(cfg, arts), "seed": cfg.eval.seed,
+        "stepco_threshold": calibration,
+        "budgets": {"same_problems_every_cell": True, "same_seeds_every_cell": True, "verifier_tokens_counted": True,
+                    "gold_at_inference": False},
+        "ppo_budget": _ppo_budget(cfg, arts),
+        "artefacts": artefact_info,
+        "table": table, "effects": effect_rows, "answer_changes": changes, "curves": curves,
+        "token_sources": token_sources(curves),
+        "stage_seconds": {"sft_psv_and_calibration": round(train_seconds, 1),
+                          "ppo_and_evaluation": round(jobs_seconds, 1),
+                          "report": round(report_seconds, 1)},
+        "total_wall_seconds": 0.0,
+        "recorded_seconds": recorded_seconds(artefact_info, table),
+        "command": command, "config": plain(cfg),
+    }
+    plot(out / "accuracy_vs_tokens.png", cfg, curves, table)
+    summary["total_wall_seconds"] = round(time.time() - start, 1)
+    atomic_write(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    write_report(out / "report.md", summary, cfg)
+    log(f"done in {summary['total_wall_seconds']:.0f}s: {out / 'report.md'}, {out / 'summary.json'}, "
+        f"{out / 'accuracy_vs_tokens.png'}")
+    return summary
+
+
+def _artefact_status(cfg: CompareConfig, arts: dict) -> dict[str, str]:
+    """Each artefact given, reused (said, with a warning when other code built it) or to be trained;
+    a given policy folder that is absent is refused."""
     status: dict[str, str] = {}
     for art in arts.values():
         if art.given:
@@ -58,12 +108,15 @@ def run(cfg: CompareConfig, out: Path, command: str = "") -> dict[str, Any]:
                     log(f"warning: {art.name} in {art.dir} was built by other (or unrecorded) versions of "
                         f"{', '.join(CODE[art.kind])}; "
                         "delete it, or set rebuild_on_code_change: true, to build it again")
+    return status
 
-    # 1. SFT policy, verifier LM, PSV, one after the other (everything else depends on them)
-    t0 = time.time()
-    sft, psv = arts["sft"], arts["psv"]
+
+def _build_shared(cfg: CompareConfig, arts: dict, out: Path, log_dir: Path) -> dict[str, Any] | None:
+    """The SFT policy, the verifier LM and the PSV built where missing, then StepCo's θ calibrated
+    (written into the resolved config the stages read); returns the calibration."""
     from reasoning.threads import available_cores, torch_threads
 
+    sft, psv = arts["sft"], arts["psv"]
     # these stages run alone, one after the other, with every core (this process keeps one thread
     # otherwise): on 2 cores two 1-thread SFT runs side by side took longer than the two in turn
     with torch_threads(available_cores()) as cores:
@@ -77,8 +130,12 @@ def run(cfg: CompareConfig, out: Path, command: str = "") -> dict[str, Any]:
     if calibration is not None:
         cfg.eval.methods["stepco"]["threshold"] = calibration["threshold"]
         (out / RESOLVED).write_text(json.dumps(plain(cfg), indent=2) + "\n")  # what the stages read
+    return calibration
 
-    # 2. PPO runs (side by side with workers > 1), then 3. the evaluation of every policy
+
+def _jobs(cfg: CompareConfig, arts: dict, out: Path, log_dir: Path) -> list[Job]:
+    """A PPO job per policy still to train, and the evaluation jobs of every policy (after its PPO
+    job), split into groups of methods where workers run side by side."""
     jobs: list[Job] = []
     for name in cfg.policies:
         art = arts[name]
@@ -99,16 +156,14 @@ def run(cfg: CompareConfig, out: Path, command: str = "") -> dict[str, Any]:
             job_name = f"eval_{name}" + (f"_{k + 1}" if len(groups) > 1 else "")
             jobs.append(Job(name=job_name, inline=lambda n=name, g=group: evaluate_policy(cfg, n, out, g),
                             command=cmd, after=dep, threads=1))
-    train_seconds = time.time() - t0
-    t1 = time.time()
-    run_jobs(jobs, cfg.workers, log_dir)
-    jobs_seconds = time.time() - t1
+    return jobs
 
-    # 4. collect, analyse, report
+
+def _collect(cfg: CompareConfig, out: Path, problems_list: list, world: bool) -> tuple:
+    """Every cell's summary and rows, checked complete and on the same problems; the accuracy-vs-
+    tokens curves and StepCo's answer changes. Returns (table, results, curves, changes, fingerprint)."""
     from inference.evaluate import load_method
 
-    t2 = time.time()
-    problems_list, world_rows = load_eval_problems(cfg.eval, sft.spec)
     problems = {p.id: p for p in problems_list}
     table: dict[str, dict[str, Any]] = {}
     results: dict[str, dict[str, list[dict]]] = {}
@@ -116,7 +171,7 @@ def run(cfg: CompareConfig, out: Path, command: str = "") -> dict[str, Any]:
     changes: dict[str, dict[str, Any]] = {}
     fingerprint = None
     for policy in cfg.policies:
-        for label, method, options in cells(cfg, bool(world_rows)):
+        for label, method, options in cells(cfg, world):
             summary, rows = read_cell(out, policy, label)
             if summary is None or not summary.get("complete"):
                 raise CompareError(f"{out / 'eval' / policy / label}: no complete evaluation")
@@ -132,7 +187,12 @@ def run(cfg: CompareConfig, out: Path, command: str = "") -> dict[str, Any]:
             elif method == "stepco":
                 curves.setdefault(policy, {})[label] = stepco_curve(rows, mcfg.max_rounds, problems)
                 changes.setdefault(policy, {})[label] = answer_changes(rows, problems)
-    effect_rows = effects(cfg, results)
+    return table, results, curves, changes, fingerprint
+
+
+def _artefact_info(cfg: CompareConfig, arts: dict, status: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """What the summary says of each artefact the report reads: its status, spec, folder, hash,
+    seconds and the facts its marker recorded (a PPO run's reward)."""
     artefact_info = {}
     for name, art in arts.items():
         if name not in ("sft", VERIFIER_LM, "psv") and name not in cfg.policies:
@@ -143,42 +203,20 @@ def run(cfg: CompareConfig, out: Path, command: str = "") -> dict[str, Any]:
             info["reward"] = cfg.ppo.runs[name].reward
         artefact_info[name] = {"status": status[name], "spec": art.spec, "dir": str(art.dir),
                                "hash": None if art.given else art.hash, "seconds": marker.get("seconds"), "info": info}
-    ppo_budget = None
-    if any(a.kind == "ppo" and not a.given for a in arts.values()):
-        ppo_budget = {k: cfg.ppo.args.get(k) for k in BUDGET_KEYS}
-        from rl.ppo_config import StepPPOConfig
+    return artefact_info
 
-        defaults = {f.name: f.default for f in dataclasses.fields(StepPPOConfig)}
-        ppo_budget = {k: (v if v is not None else defaults.get(k)) for k, v in ppo_budget.items()}
-        ppo_budget["responses"] = ppo_budget["max_steps"] * ppo_budget["prompts_per_update"] * ppo_budget[
-            "num_generations"]
-    report_seconds = time.time() - t2
-    summary = {
-        "dataset": cfg.eval.dataset, "n_problems": len(problems_list), "problems_fingerprint": fingerprint,
-        "policies": cfg.policies, "methods": list(cfg.eval.methods),
-        "reference": REFERENCE if cfg.eval.reference_exact and world_rows and "stepco" in cfg.eval.methods else None,
-        "verifier": methods_verifier_spec(cfg, arts), "seed": cfg.eval.seed,
-        "stepco_threshold": calibration,
-        "budgets": {"same_problems_every_cell": True, "same_seeds_every_cell": True, "verifier_tokens_counted": True,
-                    "gold_at_inference": False},
-        "ppo_budget": ppo_budget,
-        "artefacts": artefact_info,
-        "table": table, "effects": effect_rows, "answer_changes": changes, "curves": curves,
-        "token_sources": token_sources(curves),
-        "stage_seconds": {"sft_psv_and_calibration": round(train_seconds, 1),
-                          "ppo_and_evaluation": round(jobs_seconds, 1),
-                          "report": round(report_seconds, 1)},
-        "total_wall_seconds": 0.0,
-        "recorded_seconds": recorded_seconds(artefact_info, table),
-        "command": command, "config": plain(cfg),
-    }
-    plot(out / "accuracy_vs_tokens.png", cfg, curves, table)
-    summary["total_wall_seconds"] = round(time.time() - start, 1)
-    atomic_write(out / "summary.json", json.dumps(summary, indent=2) + "\n")
-    write_report(out / "report.md", summary, cfg)
-    log(f"done in {summary['total_wall_seconds']:.0f}s: {out / 'report.md'}, {out / 'summary.json'}, "
-        f"{out / 'accuracy_vs_tokens.png'}")
-    return summary
+
+def _ppo_budget(cfg: CompareConfig, arts: dict) -> dict[str, Any] | None:
+    """The PPO runs' shared budget (with PPO's defaults filled in) and its responses, when any
+    policy is trained here."""
+    if not any(a.kind == "ppo" and not a.given for a in arts.values()):
+        return None
+    from rl.ppo_config import StepPPOConfig
+
+    defaults = {f.name: f.default for f in dataclasses.fields(StepPPOConfig)}
+    budget = {k: (v if v is not None else defaults.get(k)) for k, v in ((k, cfg.ppo.args.get(k)) for k in BUDGET_KEYS)}
+    budget["responses"] = budget["max_steps"] * budget["prompts_per_update"] * budget["num_generations"]
+    return budget
 
 
 def plan(cfg: CompareConfig) -> dict[str, Any]:

@@ -8,6 +8,36 @@ from typing import Any
 
 from compare.config import REFERENCE, CompareConfig, policy_label
 
+MARKERS = {"self_consistency": "o", "best_of_n": "s", "stepco": "^", "beats": "*", "greedy": "x", REFERENCE: "v"}
+STYLES = {"self_consistency": "-", "best_of_n": "--", "stepco": "-.", REFERENCE: ":", "beats": "", "greedy": ""}
+
+
+def _policy_points(ax, color: str, c: dict[str, Any], cells: dict[str, Any]) -> None:
+    """One policy's curves (self-consistency and Best-of-N by N, StepCo and the reference by round)
+    and its single points (BEATS, greedy), in its colour."""
+    for method in ("self_consistency", "best_of_n"):
+        pts = c.get(method) or []
+        if pts:
+            ax.plot([p["tokens_per_problem"] for p in pts], [p["accuracy"] for p in pts], marker=MARKERS[method],
+                    color=color, linestyle=STYLES[method], alpha=0.85)
+            for p in pts:
+                ax.annotate(f"{p['n']}", (p["tokens_per_problem"], p["accuracy"]), fontsize=6, color=color,
+                            textcoords="offset points", xytext=(3, 3))
+    for method in ("stepco", REFERENCE):
+        pts = c.get(method) or []
+        if pts:
+            ax.plot([p["tokens_per_problem"] for p in pts], [p["accuracy"] for p in pts], marker=MARKERS[method],
+                    color=color, linestyle=STYLES[method], alpha=0.85,
+                    markerfacecolor="none" if method == REFERENCE else color)
+            for p in pts:
+                ax.annotate(f"T{p['t']}", (p["tokens_per_problem"], p["accuracy"]), fontsize=6, color=color,
+                            textcoords="offset points", xytext=(3, -8))
+    for method in ("beats", "greedy"):
+        cell = cells.get(method)
+        if cell:
+            ax.scatter([cell["tokens_per_problem"]], [cell["accuracy"]], marker=MARKERS[method], color=color,
+                       s=90 if method == "beats" else 40, zorder=3)
+
 
 def plot(path: Path, cfg: CompareConfig, curves: dict[str, dict[str, Any]], table: dict[str, dict[str, Any]]) -> None:
     import matplotlib
@@ -16,35 +46,9 @@ def plot(path: Path, cfg: CompareConfig, curves: dict[str, dict[str, Any]], tabl
     import matplotlib.pyplot as plt
 
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    markers = {"self_consistency": "o", "best_of_n": "s", "stepco": "^", "beats": "*", "greedy": "x",
-               REFERENCE: "v"}
-    styles = {"self_consistency": "-", "best_of_n": "--", "stepco": "-.", REFERENCE: ":", "beats": "", "greedy": ""}
     fig, ax = plt.subplots(figsize=(8.5, 5.5))
     for i, policy in enumerate(cfg.policies):
-        color = colors[i % len(colors)]
-        c = curves.get(policy, {})
-        for method in ("self_consistency", "best_of_n"):
-            pts = c.get(method) or []
-            if pts:
-                ax.plot([p["tokens_per_problem"] for p in pts], [p["accuracy"] for p in pts], marker=markers[method],
-                        color=color, linestyle=styles[method], alpha=0.85)
-                for p in pts:
-                    ax.annotate(f"{p['n']}", (p["tokens_per_problem"], p["accuracy"]), fontsize=6, color=color,
-                                textcoords="offset points", xytext=(3, 3))
-        for method in ("stepco", REFERENCE):
-            pts = c.get(method) or []
-            if pts:
-                ax.plot([p["tokens_per_problem"] for p in pts], [p["accuracy"] for p in pts], marker=markers[method],
-                        color=color, linestyle=styles[method], alpha=0.85,
-                        markerfacecolor="none" if method == REFERENCE else color)
-                for p in pts:
-                    ax.annotate(f"T{p['t']}", (p["tokens_per_problem"], p["accuracy"]), fontsize=6, color=color,
-                                textcoords="offset points", xytext=(3, -8))
-        for method in ("beats", "greedy"):
-            cell = table.get(policy, {}).get(method)
-            if cell:
-                ax.scatter([cell["tokens_per_problem"]], [cell["accuracy"]], marker=markers[method], color=color,
-                           s=90 if method == "beats" else 40, zorder=3)
+        _policy_points(ax, colors[i % len(colors)], curves.get(policy, {}), table.get(policy, {}))
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=colors[i % len(colors)], lw=3, label=policy_label(p))
@@ -53,7 +57,7 @@ def plot(path: Path, cfg: CompareConfig, curves: dict[str, dict[str, Any]], tabl
              "beats": "BEATS", "greedy": "greedy", REFERENCE: "StepCo + exact checker (reference)"}
     shown = {m for pol in curves.values() for m, pts in pol.items() if pts} | {
         m for pol in table.values() for m in pol if m in ("beats", "greedy")}
-    handles += [Line2D([], [], color="gray", marker=markers[m], linestyle=styles[m],
+    handles += [Line2D([], [], color="gray", marker=MARKERS[m], linestyle=STYLES[m],
                        markerfacecolor="none" if m == REFERENCE else "gray", label=names[m])
                 for m in names if m in shown]
     ax.legend(handles=handles, fontsize=7, loc="best")

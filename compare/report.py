@@ -29,8 +29,17 @@ def verifier_name(cfg: CompareConfig) -> str:
 
 
 def write_report(path: Path, s: dict[str, Any], cfg: CompareConfig) -> None:
-    ev = cfg.eval
     L: list[str] = []
+    for section in (_intro, _artefacts_table, _accuracy_table, _effects_tables, _answer_changes_table,
+                    _curves_section, _reproduce):
+        L += section(s, cfg)
+    atomic_write(path, "\n".join(L))
+
+
+def _intro(s: dict[str, Any], cfg: CompareConfig) -> list[str]:
+    """The title, what was run and how long it took, the budgets, the PPO budget and StepCo's θ."""
+    L: list[str] = []
+    ev = cfg.eval
     recorded = recorded_seconds(s["artefacts"], s["table"])
     L.append("# Step-PPO × verify-then-revise: policies × inference methods\n")
     L.append(f"Dataset **{ev.dataset}**, **{s['n_problems']} problems** (fingerprint `{s['problems_fingerprint']}`), "
@@ -65,6 +74,12 @@ def write_report(path: Path, s: dict[str, Any], cfg: CompareConfig) -> None:
                  f"({cal['dev_f1']:.3f}) on the SFT policy's greedy paths of {cal['dev_paths']} world *dev* problems "
                  "(not the test problems), labelled by the world's checker; the same θ for every policy "
                  f"(configured: {cal['configured_threshold']}).\n")
+    return L
+
+
+def _artefacts_table(s: dict[str, Any], cfg: CompareConfig) -> list[str]:
+    """One row per artefact: status, folder, build time and its facts."""
+    L: list[str] = []
     L.append("## Artefacts\n")
     L.append("| artefact | status | directory | build time (s) | notes |")
     L.append("|---|---|---|---|---|")
@@ -74,6 +89,12 @@ def write_report(path: Path, s: dict[str, Any], cfg: CompareConfig) -> None:
         secs = a.get("seconds")
         L.append(f"| {name} | {a['status']} | `{a['spec']}` | {'' if secs is None else f'{secs:.0f}'} | {notes} |")
     L.append("")
+    return L
+
+
+def _accuracy_table(s: dict[str, Any], cfg: CompareConfig) -> list[str]:
+    """Accuracy, interval and token and call counts of every cell; prompts left out."""
+    L: list[str] = []
     L.append("## Accuracy and cost\n")
     L.append("Accuracy with its 95% bootstrap interval; tokens and calls are totals over all problems (per "
              "problem in brackets); wall time is the method's own time (model loading excluded).\n")
@@ -95,6 +116,12 @@ def write_report(path: Path, s: dict[str, Any], cfg: CompareConfig) -> None:
     if left_out:
         L.append("**Prompts beyond the model's context** (`prompt_too_long`, never run): " + "; ".join(left_out)
                  + ".\n")
+    return L
+
+
+def _effects_tables(s: dict[str, Any], cfg: CompareConfig) -> list[str]:
+    """The headline paired effects, and policy against policy under each method."""
+    L: list[str] = []
     eff = s["effects"]
     if eff["headline"]:
         L.append("## Effects (paired on the same problems)\n")
@@ -118,6 +145,12 @@ def write_report(path: Path, s: dict[str, Any], cfg: CompareConfig) -> None:
                       for m in methods]
             L.append(f"| {policy_label(b)} vs {policy_label(a)} | " + " | ".join(cells_) + " |")
         L.append("")
+    return L
+
+
+def _answer_changes_table(s: dict[str, Any], cfg: CompareConfig) -> list[str]:
+    """StepCo's answer changes between its first path and its answer, per cell."""
+    L: list[str] = []
     if s["answer_changes"]:
         L.append("## StepCo's answer changes (its Figure 4)\n")
         L.append("Between the initial path (round 0 of StepCo's trace, the policy's greedy path) and StepCo's final "
@@ -133,6 +166,13 @@ def write_report(path: Path, s: dict[str, Any], cfg: CompareConfig) -> None:
                          f"{a['correct_to_incorrect']} | {a['incorrect_to_incorrect']} | {a['revised']} of {a['n']} | "
                          f"{a['net_gain']:+d} |")
         L.append("")
+    return L
+
+
+def _curves_section(s: dict[str, Any], cfg: CompareConfig) -> list[str]:
+    """The plot, how its points are read from one run per cell, and the points as a table."""
+    ev = cfg.eval
+    L: list[str] = []
     L.append("## Accuracy against tokens\n")
     L.append("![accuracy vs tokens](accuracy_vs_tokens.png)\n")
     L.append("One colour per policy, one marker per method. Self-consistency and Best-of-N at N = "
@@ -158,10 +198,16 @@ def write_report(path: Path, s: dict[str, Any], cfg: CompareConfig) -> None:
                              for p in pts)
             L.append(f"| {policy_label(policy)} | {METHOD_NAMES.get(method, method)} | {text} |")
     L.append("")
+    return L
+
+
+def _reproduce(s: dict[str, Any], cfg: CompareConfig) -> list[str]:
+    """The command, the resolved config and where the rows are."""
+    L: list[str] = []
     L.append("## Reproduce\n")
     L.append(f"```\n{s['command']}\n```\n")
     L.append(f"The resolved config is `{RESOLVED}`; every cell's rows are in `eval/<policy>/<method>/results.jsonl`.\n")
-    atomic_write(path, "\n".join(L))
+    return L
 
 
 def run_reward(cfg: CompareConfig, name: str) -> str:
