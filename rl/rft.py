@@ -100,6 +100,43 @@ def verifier_accepts(verifier, samples: list[tuple[str, str]], threshold: float,
     return accept, scored.reasons()
 
 
+def _kept_samples(train, samples, args: StepPPOConfig, own: RFTArgs) -> tuple[list[dict], int, Counter]:
+    """The samples kept for fine-tuning (right answers, or what the verifier accepts), how many were
+    right, and the verifier's refusals by reason (said in one line)."""
+    pairs = [(problem, c.text) for problem, group in zip(train, samples) for c in group]
+    correct = [answer_correct(text, problem, args.answer_match) for problem, text in pairs]
+    unscorable: Counter = Counter()
+    if own.accept == "verifier":
+        from reward_models.load import load_verifier
+
+        verifier = load_verifier(args.verifier, args.model_name_or_path)
+        accept, unscorable = verifier_accepts(verifier, [(p.question, text) for p, text in pairs], own.threshold)
+        if unscorable:
+            print(f"rft: {sum(unscorable.values())} answered samples the verifier could not score, not kept: "
+                  f"{dict(unscorable)}", file=sys.stderr)
+    else:
+        accept = correct
+    kept = [{"prompt": solve_prompt(p.question), "completion": text} for (p, text), ok in zip(pairs, accept) if ok]
+    return kept, sum(correct), unscorable
+
+
+def _fine_tune(model, tok, kept: list[dict], args: StepPPOConfig, own: RFTArgs, run: RunDir):
+    """TRL's SFTTrainer on the kept samples (cosine schedule, batch 32, nothing saved on the way);
+    returns the trainer, its model back in eval mode."""
+    import torch
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    config = SFTConfig(output_dir=str(run.trl), learning_rate=args.learning_rate, num_train_epochs=own.epochs,
+                       per_device_train_batch_size=32, lr_scheduler_type="cosine", warmup_steps=0.03,
+                       bf16=False, report_to="none", save_strategy="no", logging_steps=50, seed=args.seed,
+                       disable_tqdm=True, use_cpu=not torch.cuda.is_available())
+    trainer = SFTTrainer(model=model.train(), args=config, train_dataset=Dataset.from_list(kept), processing_class=tok)
+    trainer.train()
+    model.eval()
+    return trainer
+
+
 def n_prompts(args: StepPPOConfig) -> int:
     """Prompts RFT samples: as many as a PPO run with these settings draws."""
     return args.max_steps * args.prompts_per_update
@@ -113,9 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     threads_for_baseline(args.num_threads)
     import torch
-    from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
-    from trl import SFTConfig, SFTTrainer
 
     from inference.backends.base import SamplingParams
     from inference.backends.hf import HFGenerator
@@ -138,31 +173,12 @@ def main(argv: list[str] | None = None) -> int:
         params = SamplingParams(max_new_tokens=args.max_completion_length, temperature=args.temperature,
                                 n=args.num_generations, seed=args.seed)
         samples = gen.generate([solve_prompt(q.question) for q in train], params)
-    pairs = [(problem, c.text) for problem, group in zip(train, samples) for c in group]
-    correct = [answer_correct(text, problem, args.answer_match) for problem, text in pairs]
-    right, unscorable = sum(correct), {}
-    if own.accept == "verifier":
-        from reward_models.load import load_verifier
-
-        verifier = load_verifier(args.verifier, args.model_name_or_path)
-        accept, unscorable = verifier_accepts(verifier, [(p.question, text) for p, text in pairs], own.threshold)
-        if unscorable:
-            print(f"rft: {sum(unscorable.values())} answered samples the verifier could not score, not kept: "
-                  f"{dict(unscorable)}", file=sys.stderr)
-    else:
-        accept = correct
-    kept = [{"prompt": solve_prompt(p.question), "completion": text} for (p, text), ok in zip(pairs, accept) if ok]
+    kept, right, unscorable = _kept_samples(train, samples, args, own)
     sample_seconds = time.time() - start
     if not kept:
         print("error: no sample was accepted; nothing to fine-tune on", file=sys.stderr)
         return 2
-    config = SFTConfig(output_dir=str(run.trl), learning_rate=args.learning_rate, num_train_epochs=own.epochs,
-                       per_device_train_batch_size=32, lr_scheduler_type="cosine", warmup_steps=0.03,
-                       bf16=False, report_to="none", save_strategy="no", logging_steps=50, seed=args.seed,
-                       disable_tqdm=True, use_cpu=not torch.cuda.is_available())
-    trainer = SFTTrainer(model=model.train(), args=config, train_dataset=Dataset.from_list(kept), processing_class=tok)
-    trainer.train()
-    model.eval()
+    trainer = _fine_tune(model, tok, kept, args, own, run)
     with torch.no_grad():
         after = greedy_eval(HFGenerator(model, tok, batch_size=128), test, args.max_completion_length)
     trainer.save_model(str(run.policy))
