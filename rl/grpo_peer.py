@@ -62,6 +62,58 @@ def _check(args: StepPPOConfig, _own: None) -> None:
         raise ConfigError(f"--model_name_or_path {args.model_name_or_path}: no model there (config.json missing)")
 
 
+def _tokenizer(path: str):
+    """The policy's tokenizer, padding with its EOS where it has no pad token; a warning when it adds
+    special tokens (GRPO's prompts carry them, PPO's do not)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.pad_token = tok.pad_token or tok.eos_token
+    if tok("x")["input_ids"] != tok("x", add_special_tokens=False)["input_ids"]:
+        print("warning: the tokenizer adds special tokens; GRPO's prompts carry them, ours do not",
+              file=sys.stderr)
+    return tok
+
+
+def _grpo_config(args: StepPPOConfig, run: RunDir, batch: int, steps_per_update: int):
+    """TRL's GRPOConfig with the PPO run's budget: one of our updates is `steps_per_update` of its
+    optimizer steps (iterations x minibatches) over `batch` responses."""
+    import torch
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(run.trl), learning_rate=args.learning_rate, lr_scheduler_type="constant",
+        per_device_train_batch_size=batch // args.num_mini_batches, generation_batch_size=batch,
+        num_generations=args.num_generations, num_iterations=args.num_iterations, beta=args.beta,
+        epsilon=args.epsilon, temperature=args.temperature, top_k=0, max_completion_length=args.max_completion_length,
+        max_steps=args.max_steps * steps_per_update, bf16=False, seed=args.seed, report_to="none",
+        logging_steps=steps_per_update, save_strategy="no", disable_tqdm=True, max_grad_norm=1.0,
+        gradient_accumulation_steps=1, use_cpu=not torch.cuda.is_available(),
+    )
+
+
+def _probe_callback(probe_accuracy, metrics_path: Path, batch: int, every: int, steps_per_update: int):
+    """A TrainerCallback that appends the probe's greedy accuracy to metrics.jsonl every `every`
+    optimizer steps, as PPO's learning curve does (`log(update)` writes one row)."""
+    from transformers import TrainerCallback
+
+    class Probe(TrainerCallback):
+        def __init__(self):
+            self.start = time.time()
+
+        def log(self, update: int) -> None:
+            row = {"update": update, "rollouts": update * batch, "elapsed": time.time() - self.start,
+                   "probe/greedy_accuracy": probe_accuracy()}
+            with metrics_path.open("a") as fh:
+                fh.write(json.dumps(row) + "\n")
+
+        def on_step_end(self, targs, state, control, **kwargs):
+            if state.global_step % every == 0:
+                self.log(state.global_step // steps_per_update)
+
+    return Probe()
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args, _ = parse(argv)
@@ -71,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     threads_for_baseline(args.num_threads)
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, set_seed
-    from trl import GRPOConfig, GRPOTrainer
+    from transformers import AutoModelForCausalLM, set_seed
+    from trl import GRPOTrainer
 
     from inference.backends.hf import HFGenerator
     from rl.evaluation import compare_greedy_rows, greedy_eval
@@ -84,11 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     _, train_rows = load_problems("world", args.n_prompts, args, "train")
     evaluation = load_problems("world", args.n_eval, args, "test")[0]
     probe = load_problems("world", args.n_probe, args, "dev")[0]
-    tok = AutoTokenizer.from_pretrained(args.model_name_or_path)
-    tok.pad_token = tok.pad_token or tok.eos_token
-    if tok("x")["input_ids"] != tok("x", add_special_tokens=False)["input_ids"]:
-        print("warning: the tokenizer adds special tokens; GRPO's prompts carry them, ours do not",
-              file=sys.stderr)
+    tok = _tokenizer(args.model_name_or_path)
     set_seed(args.seed)
     model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path)
 
@@ -100,39 +148,15 @@ def main(argv: list[str] | None = None) -> int:
         model.train(was)
         return result
 
-
     batch = args.prompts_per_update * args.num_generations
     steps_per_update = args.num_iterations * args.num_mini_batches
-    config = GRPOConfig(
-        output_dir=str(run.trl), learning_rate=args.learning_rate, lr_scheduler_type="constant",
-        per_device_train_batch_size=batch // args.num_mini_batches, generation_batch_size=batch,
-        num_generations=args.num_generations, num_iterations=args.num_iterations, beta=args.beta,
-        epsilon=args.epsilon, temperature=args.temperature, top_k=0, max_completion_length=args.max_completion_length,
-        max_steps=args.max_steps * steps_per_update, bf16=False, seed=args.seed, report_to="none",
-        logging_steps=steps_per_update, save_strategy="no", disable_tqdm=True, max_grad_norm=1.0,
-        gradient_accumulation_steps=1, use_cpu=not torch.cuda.is_available(),
-    )
+    config = _grpo_config(args, run, batch, steps_per_update)
     data = Dataset.from_list([{"prompt": solve_prompt(r["question"]), "answer": r["answer"]} for r in train_rows])
-    metrics_path = run.metrics
-    metrics_path.unlink(missing_ok=True)
-
-    class Probe(TrainerCallback):
-        def __init__(self):
-            self.start = time.time()
-
-        def log(self, update: int) -> None:
-            row = {"update": update, "rollouts": update * batch, "elapsed": time.time() - self.start,
-                   "probe/greedy_accuracy": evaluate(probe)["summary"]["accuracy"]}
-            with metrics_path.open("a") as fh:
-                fh.write(json.dumps(row) + "\n")
-
-        def on_step_end(self, targs, state, control, **kwargs):
-            if state.global_step % (steps_per_update * args.probe_every) == 0:
-                self.log(state.global_step // steps_per_update)
-
+    run.metrics.unlink(missing_ok=True)
     before = evaluate(evaluation)
     write_jsonl(run.before_rows, before["rows"])
-    callback = Probe()
+    callback = _probe_callback(lambda: evaluate(probe)["summary"]["accuracy"], run.metrics, batch,
+                               steps_per_update * args.probe_every, steps_per_update)
     callback.log(0)
     trainer = GRPOTrainer(model=model, reward_funcs=answer_check, args=config, train_dataset=data, processing_class=tok,
                           callbacks=[callback])
