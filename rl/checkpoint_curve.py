@@ -69,70 +69,41 @@ of rl/ppo_step.py given here overrides it (python -m rl.ppo_step --help lists th
 """
 
 
-def main(argv: list[str] | None = None) -> int:
-    from rl.ppo_cli import parse_config
-    from rl.ppo_config import ConfigError
-    from rl.run_dir import RunDir, with_stored_settings
+def _read_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
-    if {"-h", "--help"} & set(sys.argv[1:] if argv is None else argv):
-        import textwrap
 
-        from rl.ppo_cli import INHERITED_IN_USE
-        from rl.ppo_config import StepPPOConfig
+def _print_help() -> None:
+    import textwrap
 
-        names = " ".join(f"--{n}" for n in dict.fromkeys([*StepPPOConfig.__annotations__, *sorted(INHERITED_IN_USE)]))
-        print(USAGE + "\nflags that override the run's settings:\n" + textwrap.fill(names, 100, initial_indent="  ",
-                                                                              subsequent_indent="  "))
-        return 0
+    from rl.ppo_cli import INHERITED_IN_USE
+    from rl.ppo_config import StepPPOConfig
 
-    try:
-        args = parse_config(argv)
-        out = Path(args.output_dir)
-        if not out.is_dir():
-            raise ConfigError(f"{out} is not a run directory")
-        args = with_stored_settings(args)
-    except (ConfigError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    import torch
+    names = " ".join(f"--{n}" for n in dict.fromkeys([*StepPPOConfig.__annotations__, *sorted(INHERITED_IN_USE)]))
+    print(USAGE + "\nflags that override the run's settings:\n" + textwrap.fill(names, 100, initial_indent="  ",
+                                                                          subsequent_indent="  "))
 
-    from inference.backends.hf import HFGenerator
-    from rl.evaluation import compare_greedy_rows, greedy_eval
+
+def _eval_problems(args) -> list:
+    """The run's evaluation problems: its own rows held apart (split as the run split them) under
+    `auto`, else the named evaluation set."""
     from rl.ppo_checks import AUTO
-    from rl.ppo_setup import load_policy, load_problems, load_run_problems
+    from rl.ppo_setup import load_problems, load_run_problems
 
-    torch.set_num_threads(args.num_threads or 1)
-    from reasoning.benchmarks import DatasetError
+    if args.eval_dataset == AUTO:
+        held = load_run_problems(args)[1]
+        return [] if held is None else held.problems
+    return load_problems(args.eval_dataset, args.n_eval, args, "test")[0]
 
-    try:
-        if args.eval_dataset == AUTO:  # the run's own rows held apart: split as the run split them
-            held = load_run_problems(args)[1]
-            problems = [] if held is None else held.problems
-        else:
-            problems = load_problems(args.eval_dataset, args.n_eval, args, "test")[0]
-    except (DatasetError, ConfigError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if not problems:
-        print("error: no evaluation problems (--eval_dataset none?)", file=sys.stderr)
-        return 2
-    policy, tokenizer = load_policy(args)
 
-    def evaluate() -> list[dict]:
-        policy.eval()
-        gen = HFGenerator(policy, tokenizer, batch_size=args.greedy_eval_batch_size, chat_template=args.chat_template)
-        return greedy_eval(gen, problems, max_new_tokens=args.max_completion_length)["rows"]
+def _curve(out: Path, policy, evaluate, before_rows: list[dict], args) -> tuple[list[dict], list[dict], float | None]:
+    """Each readable checkpoint loaded into `policy` and evaluated, its rows kept in the run folder
+    and compared with `before_rows`; an unreadable one skipped with its reason. Returns the curve,
+    the skipped checkpoints and the accuracy before."""
+    from rl.evaluation import compare_greedy_rows
+    from rl.run_dir import RunDir
 
-    before_file = RunDir(out).before_rows
-    if before_file.exists():
-        before_rows = [json.loads(line) for line in before_file.read_text().splitlines() if line.strip()]
-    else:
-        before_rows = evaluate()  # the policy as loaded, before any checkpoint
-    if {p.id for p in problems} - {r["id"] for r in before_rows}:
-        print(f"error: {before_file} is not about this run's evaluation problems", file=sys.stderr)
-        return 2
-
-    curve, skipped = [], []
+    curve, skipped, base = [], [], None
     for update, path in checkpoint_points(out):  # the run's last checkpoint is its final policy
         try:
             load_into(policy, policy_state_from_checkpoint(path))
@@ -147,11 +118,63 @@ def main(argv: list[str] | None = None) -> int:
         c = compare_greedy_rows(before_rows, rows, args.bootstrap_resamples, args.seed)
         curve.append({"update": update, "greedy_accuracy": c["greedy_accuracy_after"], "change": c["improvement"],
                       "ci_low": c["improvement_ci_low"], "ci_high": c["improvement_ci_high"]})
+        base = c["greedy_accuracy_before"]
         print(f"checkpoint-{update}: {c['greedy_accuracy_after']:.3f}", file=sys.stderr)
+    return curve, skipped, base
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rl.ppo_cli import parse_config
+    from rl.ppo_config import ConfigError
+    from rl.run_dir import RunDir, with_stored_settings
+
+    if {"-h", "--help"} & set(sys.argv[1:] if argv is None else argv):
+        _print_help()
+        return 0
+
+    try:
+        args = parse_config(argv)
+        out = Path(args.output_dir)
+        if not out.is_dir():
+            raise ConfigError(f"{out} is not a run directory")
+        args = with_stored_settings(args)
+    except (ConfigError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    import torch
+
+    from inference.backends.hf import HFGenerator
+    from rl.evaluation import greedy_eval
+    from rl.ppo_setup import load_policy
+
+    torch.set_num_threads(args.num_threads or 1)
+    from reasoning.benchmarks import DatasetError
+
+    try:
+        problems = _eval_problems(args)
+    except (DatasetError, ConfigError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if not problems:
+        print("error: no evaluation problems (--eval_dataset none?)", file=sys.stderr)
+        return 2
+    policy, tokenizer = load_policy(args)
+
+    def evaluate() -> list[dict]:
+        policy.eval()
+        gen = HFGenerator(policy, tokenizer, batch_size=args.greedy_eval_batch_size, chat_template=args.chat_template)
+        return greedy_eval(gen, problems, max_new_tokens=args.max_completion_length)["rows"]
+
+    before_file = RunDir(out).before_rows
+    before_rows = _read_rows(before_file) if before_file.exists() else evaluate()  # the policy as loaded
+    if {p.id for p in problems} - {r["id"] for r in before_rows}:
+        print(f"error: {before_file} is not about this run's evaluation problems", file=sys.stderr)
+        return 2
+
+    curve, skipped, base = _curve(out, policy, evaluate, before_rows, args)
     if not curve:
         print(f"error: no readable checkpoint-N in {out}", file=sys.stderr)
         return 2
-    base = c["greedy_accuracy_before"]
     print(f"| update | greedy accuracy | change vs before ({base:.3f}) [95% CI] |")
     print("|---|---|---|")
     for point in curve:
