@@ -177,10 +177,37 @@ def sft_trainer_class():
     return WorldSFTTrainer
 
 
+def _model_and_tokenizer(args: WorldSFTArguments, corpus: list[dict], seed: int):
+    """A tiny model and a tokenizer trained on the corpus, or the model named by
+    --model_name_or_path with its tokenizer (padding with EOS where it has no pad token)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if args.model_name_or_path is None:
+        tokenizer = train_tokenizer((r["prompt"] + r["completion"] for r in corpus), vocab_size=args.vocab_size)
+        model = build_tiny_causal_lm(tokenizer, args.arch, args.hidden_size, args.num_layers, args.num_heads,
+                                     seed=seed)
+        return model, tokenizer
+    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return AutoModelForCausalLM.from_pretrained(args.model_name_or_path), tokenizer
+
+
+def _save_policy(out: Path, trainer, tokenizer, world, args: WorldSFTArguments, misread_rows: Counter) -> None:
+    """The policy, its tokenizer, its world (`world_config.json`) and what it was taught
+    (`teacher.json`: the noise, the tasks StepCo's revision=auto reads, the misread rows)."""
+    trainer.save_model(str(out))
+    tokenizer.save_pretrained(str(out))
+    (out / "world_config.json").write_text(json.dumps(asdict(world), indent=2))
+    task_weights = args.task_weights()
+    (out / "teacher.json").write_text(json.dumps({"teacher_noise": parse_teacher_noise(args.teacher_noise),
+                                                  "tasks": sorted(k for k, w in task_weights.items() if w > 0),
+                                                  "corpus_misread_rows": dict(misread_rows)}, indent=2))
+
+
 def run(args: WorldSFTArguments, training_args) -> dict:
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     start = time.time()
     world = args.world_config()
@@ -188,28 +215,14 @@ def run(args: WorldSFTArguments, training_args) -> dict:
     test_rows = generate("test", args.n_eval, args.world_seed, world)
     corpus = build_corpus(train_rows, args.task_weights(), seed=training_args.seed, teacher_noise=args.teacher_noise)
     misread_rows = Counter(r["misread"] for r in corpus if r.get("misread"))
-    if args.model_name_or_path is None:
-        tokenizer = train_tokenizer((r["prompt"] + r["completion"] for r in corpus), vocab_size=args.vocab_size)
-        model = build_tiny_causal_lm(tokenizer, args.arch, args.hidden_size, args.num_layers, args.num_heads,
-                                     seed=training_args.seed)
-    else:
-        tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
-        if tokenizer.pad_token is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path)
+    model, tokenizer = _model_and_tokenizer(args, corpus, training_args.seed)
     dataset = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in corpus])
     trainer = sft_trainer_class()(model=model, args=training_args, train_dataset=dataset, processing_class=tokenizer)
     trainer.train()
     train_seconds = time.time() - start
     out = Path(training_args.output_dir)
     if trainer.accelerator.is_main_process:
-        trainer.save_model(str(out))
-        tokenizer.save_pretrained(str(out))
-        (out / "world_config.json").write_text(json.dumps(asdict(world), indent=2))
-        task_weights = args.task_weights()  # `tasks`: what the policy was taught (StepCo's revision=auto reads it)
-        (out / "teacher.json").write_text(json.dumps({"teacher_noise": parse_teacher_noise(args.teacher_noise),
-                                                      "tasks": sorted(k for k, w in task_weights.items() if w > 0),
-                                                      "corpus_misread_rows": dict(misread_rows)}, indent=2))
+        _save_policy(out, trainer, tokenizer, world, args, misread_rows)
     result: dict = {}
     if trainer.accelerator.is_main_process:
         model = trainer.model.eval()
