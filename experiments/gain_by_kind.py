@@ -87,6 +87,48 @@ def by_part(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]],
     return out
 
 
+def _pooled(runs: dict[str, dict[str, Any]], resamples: int) -> dict[str, dict[str, Any]]:
+    """Runs named NAME_s<seed> pooled per NAME (two or more seeds): means of the counts, and the
+    paired interval over every seed's pairs together."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for name in runs:
+        m = re.fullmatch(r"(.+)_s\d+", name)
+        if m:
+            groups[m.group(1)].append(name)
+    pooled = {}
+    for group, names in groups.items():
+        if len(names) < 2:
+            continue
+        pooled[f"{group} (pooled, {len(names)} seeds)"] = {
+            part: {"n": sum(runs[n][part]["n"] for n in names),
+                   "before": sum(runs[n][part]["before"] for n in names) / len(names),
+                   "after": sum(runs[n][part]["after"] for n in names) / len(names),
+                   "won": sum(runs[n][part]["won"] for n in names) / len(names),
+                   "lost": sum(runs[n][part]["lost"] for n in names) / len(names),
+                   **paired_bootstrap_diff([x for n in names for x, _ in runs[n][part]["pairs"]],
+                                           [y for n in names for _, y in runs[n][part]["pairs"]],
+                                           resamples=resamples)}
+            for part in runs[names[0]]}
+    return pooled
+
+
+def _print_tables(table: dict[str, dict[str, Any]], mixes: dict[str, dict[str, int]]) -> None:
+    print("| run | part | problems | greedy before | after | won | lost | change [95% CI] |")
+    print("|---|---|---|---|---|---|---|---|")
+    for key, parts in table.items():
+        for part, d in parts.items():
+            won = f"{d['won']:.1f}" if isinstance(d["won"], float) else d["won"]
+            lost = f"{d['lost']:.1f}" if isinstance(d["lost"], float) else d["lost"]
+            print(f"| {key} | {part} | {d['n']} | {d['before']:.3f} | {d['after']:.3f} | {won} | {lost} "
+                  f"| {d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] |")
+    print()
+    print("| greedy errors of | " + " | ".join(DIRECTION) + " | other kinds | wrong answers |")
+    print("|---|" + "---|" * (len(DIRECTION) + 2))
+    for key, mix in mixes.items():
+        rest = sum(v for k, v in mix.items() if k not in DIRECTION)
+        print(f"| {key} | " + " | ".join(str(mix.get(k, 0)) for k in DIRECTION) + f" | {rest} | {sum(mix.values())} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="run folders with eval_before_rows.jsonl and eval_after_rows.jsonl")
@@ -129,45 +171,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
 
-    groups: dict[str, list[str]] = defaultdict(list)
-    for name in runs:
-        m = re.fullmatch(r"(.+)_s\d+", name)
-        if m:
-            groups[m.group(1)].append(name)
-    pooled = {}
-    for group, names in groups.items():
-        if len(names) < 2:
-            continue
-        pooled[f"{group} (pooled, {len(names)} seeds)"] = {
-            part: {"n": sum(runs[n][part]["n"] for n in names),
-                   "before": sum(runs[n][part]["before"] for n in names) / len(names),
-                   "after": sum(runs[n][part]["after"] for n in names) / len(names),
-                   "won": sum(runs[n][part]["won"] for n in names) / len(names),
-                   "lost": sum(runs[n][part]["lost"] for n in names) / len(names),
-                   **paired_bootstrap_diff([x for n in names for x, _ in runs[n][part]["pairs"]],
-                                           [y for n in names for _, y in runs[n][part]["pairs"]],
-                                           resamples=args.resamples)}
-            for part in runs[names[0]]}
+    pooled = _pooled(runs, args.resamples)
     table = {**runs, **pooled}
     if args.json:
         print(json.dumps({"parts": {k: {p: {f: v for f, v in d.items() if f != "pairs"} for p, d in parts.items()}
                                     for k, parts in table.items()},
                           "error_mix": mixes}, indent=1))
         return 0
-    print("| run | part | problems | greedy before | after | won | lost | change [95% CI] |")
-    print("|---|---|---|---|---|---|---|---|")
-    for key, parts in table.items():
-        for part, d in parts.items():
-            won = f"{d['won']:.1f}" if isinstance(d["won"], float) else d["won"]
-            lost = f"{d['lost']:.1f}" if isinstance(d["lost"], float) else d["lost"]
-            print(f"| {key} | {part} | {d['n']} | {d['before']:.3f} | {d['after']:.3f} | {won} | {lost} "
-                  f"| {d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] |")
-    print()
-    print("| greedy errors of | " + " | ".join(DIRECTION) + " | other kinds | wrong answers |")
-    print("|---|" + "---|" * (len(DIRECTION) + 2))
-    for key, mix in mixes.items():
-        rest = sum(v for k, v in mix.items() if k not in DIRECTION)
-        print(f"| {key} | " + " | ".join(str(mix.get(k, 0)) for k in DIRECTION) + f" | {rest} | {sum(mix.values())} |")
+    _print_tables(table, mixes)
     return 0
 
 

@@ -551,6 +551,37 @@ def problems_fingerprint(problems: Sequence[Problem]) -> str:
     return h.hexdigest()[:16]
 
 
+def _settings_changed(stored: dict, run_config: dict) -> str:
+    """What differs between a stored run config and this one, key by key (one level into dicts)."""
+    details = []
+    for k in sorted(k for k in set(stored) | set(run_config) if stored.get(k) != run_config.get(k)):
+        a, b = stored.get(k), run_config.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            sub = sorted(s for s in set(a) | set(b) if a.get(s) != b.get(s))
+            details.append(f"{k} ({', '.join(f'{s}: {a.get(s)!r} -> {b.get(s)!r}' for s in sub)})")
+        else:
+            details.append(f"{k} ({a!r} -> {b!r})")
+    return "; ".join(details)
+
+
+def _kept_rows(rows: list, known: set[str], results: Path) -> tuple[dict[str, dict], int]:
+    """The first row of each problem, and how many repeats were dropped; EvaluationError for a row
+    without an id or with an id not of this dataset."""
+    kept: dict[str, dict] = {}
+    duplicates = 0
+    for lineno, row in rows:
+        pid = row.get("id")
+        if not isinstance(pid, str):
+            raise EvaluationError(f"{results}:{lineno}: row without a string 'id'; pass --overwrite")
+        if pid not in known:
+            raise EvaluationError(f"{results}:{lineno}: id {pid!r} is not a problem of this dataset; pass --overwrite")
+        if pid in kept:
+            duplicates += 1
+            continue
+        kept[pid] = row
+    return kept, duplicates
+
+
 def _recover(out: Path, run_config: dict, problems: Sequence[Problem], overwrite: bool) -> dict[str, Any]:
     """Prepare `out` for this run: check the stored config, keep complete rows, drop partial lines."""
     results, config_path, progress = out / RESULTS, out / RUN_CONFIG, out / PROGRESS
@@ -568,17 +599,8 @@ def _recover(out: Path, run_config: dict, problems: Sequence[Problem], overwrite
             progress.unlink(missing_ok=True)
             atomic_write(config_path, json.dumps(run_config, indent=2) + "\n")
         elif stored != run_config:
-            changed = sorted(k for k in set(stored) | set(run_config) if stored.get(k) != run_config.get(k))
-            details = []
-            for k in changed:
-                a, b = stored.get(k), run_config.get(k)
-                if isinstance(a, dict) and isinstance(b, dict):
-                    sub = sorted(s for s in set(a) | set(b) if a.get(s) != b.get(s))
-                    details.append(f"{k} ({', '.join(f'{s}: {a.get(s)!r} -> {b.get(s)!r}' for s in sub)})")
-                else:
-                    details.append(f"{k} ({a!r} -> {b!r})")
             raise EvaluationError(
-                f"{out} holds a run with other settings: {'; '.join(details)}. "
+                f"{out} holds a run with other settings: {_settings_changed(stored, run_config)}. "
                 "Resume with the same settings, choose another --out, or pass --overwrite"
             )
     elif results.exists() and results.stat().st_size > 0:
@@ -587,20 +609,8 @@ def _recover(out: Path, run_config: dict, problems: Sequence[Problem], overwrite
     else:
         atomic_write(config_path, json.dumps(run_config, indent=2) + "\n")
 
-    known = {p.id for p in problems}
     rows, partial = _read_jsonl(results)
-    kept: dict[str, dict] = {}
-    duplicates = 0
-    for lineno, row in rows:
-        pid = row.get("id")
-        if not isinstance(pid, str):
-            raise EvaluationError(f"{results}:{lineno}: row without a string 'id'; pass --overwrite")
-        if pid not in known:
-            raise EvaluationError(f"{results}:{lineno}: id {pid!r} is not a problem of this dataset; pass --overwrite")
-        if pid in kept:
-            duplicates += 1
-            continue
-        kept[pid] = row
+    kept, duplicates = _kept_rows(rows, {p.id for p in problems}, results)
     if partial or duplicates:
         atomic_write(results, "".join(_dumps(r) + "\n" for r in kept.values()))
     progress_rows, progress_partial = _read_jsonl(progress)

@@ -700,24 +700,29 @@ def _check_computation(text: str, quantities: dict[str, Any], true: dict[str, Fr
                or reading.overturned(*parsed, claimed_by_path, done)) if parsed is not None else None
     if key not in quantities:
         return StepCheck(False, misread or "unknown_quantity", key, _fmt(claimed))
-    q = quantities[key]
-    verdict = StepCheck(False, "other", key, _fmt(claimed), _fmt(true[key]))
+    return StepCheck(False, _wrong_kind(quantities[key], parsed, misread, true, claimed_by_path), key, _fmt(claimed),
+                     _fmt(true[key]))
+
+
+def _wrong_kind(q: dict[str, Any], parsed: tuple[Fraction, str, Fraction] | None, misread: str | None,
+                true: dict[str, Fraction], claimed_by_path: dict[str, Fraction]) -> str:
+    """Why a wrong step computing a known quantity `q` is wrong: `propagated` (the right computation
+    on earlier wrong values), a taught misreading, `wrong_operand`, `wrong_operation`, else `other`."""
     if q["op"] is None or parsed is None or len(q["args"]) != 2:
-        verdict.kind = misread or verdict.kind
-        return verdict
+        return misread or "other"
     x, sym, y = parsed
     gold_sym = OP_SYMBOL[q["op"]]
     gold_true = [true[a] if isinstance(a, str) else Fraction(a) for a in q["args"]]
     gold_path = [claimed_by_path.get(a, true[a]) if isinstance(a, str) else Fraction(a) for a in q["args"]]
     if sym == gold_sym and gold_path != gold_true and _same(sym, [x, y], gold_path):
-        verdict.kind = "propagated"
-    elif misread:
-        verdict.kind = misread
-    elif sym == gold_sym:
-        verdict.kind = "wrong_operand"
-    elif sorted([x, y]) in (sorted(gold_true), sorted(gold_path)):
-        verdict.kind = "wrong_operation"
-    return verdict
+        return "propagated"
+    if misread:
+        return misread
+    if sym == gold_sym:
+        return "wrong_operand"
+    if sorted([x, y]) in (sorted(gold_true), sorted(gold_path)):
+        return "wrong_operation"
+    return "other"
 
 
 def earliest_error(problem: Problem | dict[str, Any], steps: list[str], strict: bool = False) -> int:

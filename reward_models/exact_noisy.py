@@ -48,13 +48,8 @@ class NoiseSpec:
     seed: int = 0
 
 
-def parse_noise_spec(rest: str | None) -> NoiseSpec:
-    """The NoiseSpec of `exact-noisy:REST`; ValueError saying what is wrong and what is allowed."""
-    usage = (f"{NAME}:accept=A/reject=R/kinds=K+K/seed=S (A, R in [0, 1]; kinds from "
-             f"{', '.join(ERROR_KINDS)}; at least accept or reject)")
-    if not rest or not rest.strip():
-        raise ValueError(f"verifier {NAME}: name its errors, e.g. {NAME}:accept=0.3/kinds=misread_inverse; "
-                         f"spec: {usage}")
+def _spec_fields(rest: str, usage: str) -> dict[str, str]:
+    """The key=value fields of a spec, each a known field given once."""
     values: dict[str, str] = {}
     for field_text in rest.split("/"):
         key, sep, value = field_text.strip().partition("=")
@@ -65,6 +60,11 @@ def parse_noise_spec(rest: str | None) -> NoiseSpec:
         if key in values:
             raise ValueError(f"verifier {NAME}:{rest}: {key} given twice")
         values[key] = value.strip()
+    return values
+
+
+def _shares(rest: str, values: dict[str, str]) -> dict[str, float]:
+    """The accept and reject shares given, each a number in [0, 1]."""
     shares = {}
     for key in ("accept", "reject"):
         if key in values:
@@ -74,6 +74,18 @@ def parse_noise_spec(rest: str | None) -> NoiseSpec:
                 raise ValueError(f"verifier {NAME}:{rest}: {key}={values[key]!r} is not a number") from None
             if not 0.0 <= shares[key] <= 1.0:
                 raise ValueError(f"verifier {NAME}:{rest}: {key}={values[key]} is outside [0, 1]")
+    return shares
+
+
+def parse_noise_spec(rest: str | None) -> NoiseSpec:
+    """The NoiseSpec of `exact-noisy:REST`; ValueError saying what is wrong and what is allowed."""
+    usage = (f"{NAME}:accept=A/reject=R/kinds=K+K/seed=S (A, R in [0, 1]; kinds from "
+             f"{', '.join(ERROR_KINDS)}; at least accept or reject)")
+    if not rest or not rest.strip():
+        raise ValueError(f"verifier {NAME}: name its errors, e.g. {NAME}:accept=0.3/kinds=misread_inverse; "
+                         f"spec: {usage}")
+    values = _spec_fields(rest, usage)
+    shares = _shares(rest, values)
     if not shares:
         raise ValueError(f"verifier {NAME}:{rest}: give accept= or reject= (else it is `exact`); spec: {usage}")
     kinds = ERROR_KINDS

@@ -138,6 +138,21 @@ def _words(command: str) -> list[str] | None:
     return words
 
 
+def _module_invocation(where: str, module: str, args: list[str]) -> Invocation:
+    """`python -m MODULE ARGS`: the toolkit's module or an external one, and for inference.evaluate
+    the method it names when that method's file is here."""
+    kind = "external" if module.split(".")[0] in EXTERNAL_MODULES else "module"
+    flags, paths = _flags_and_paths(args)
+    method = None
+    if module == "inference.evaluate" and "--method" in args:
+        value = args[args.index("--method") + 1] if args.index("--method") + 1 < len(args) else ""
+        # a method by name (inference/methods/NAME.py) or by module path (a lab method, PKG.MOD)
+        home = ROOT / Path(*value.split(".")) if "." in value else ROOT / "inference" / "methods" / value
+        if home.with_suffix(".py").is_file():
+            method = value
+    return Invocation(where, kind, module, flags, paths, method)
+
+
 def parse_invocations(command: str, where: str) -> list[Invocation] | None:
     """The toolkit invocations in one command line ([] when it invokes none), None when unreadable."""
     words = _words(command)
@@ -161,17 +176,7 @@ def parse_invocations(command: str, where: str) -> list[Invocation] | None:
         if head in SHELL_WORDS:
             return None
         if head in PYTHONS and rest[:1] == ["-m"] and len(rest) > 1:
-            module, args = rest[1], rest[2:]
-            kind = "external" if module.split(".")[0] in EXTERNAL_MODULES else "module"
-            flags, paths = _flags_and_paths(args)
-            method = None
-            if module == "inference.evaluate" and "--method" in args:
-                value = args[args.index("--method") + 1] if args.index("--method") + 1 < len(args) else ""
-                # a method by name (inference/methods/NAME.py) or by module path (a lab method, PKG.MOD)
-                home = ROOT / Path(*value.split(".")) if "." in value else ROOT / "inference" / "methods" / value
-                if home.with_suffix(".py").is_file():
-                    method = value
-            found.append(Invocation(where, kind, module, flags, paths, method))
+            found.append(_module_invocation(where, rest[1], rest[2:]))
         elif head in PYTHONS and rest and rest[0].endswith(".py"):
             flags, paths = _flags_and_paths(rest[1:])
             found.append(Invocation(where, "script", rest[0], flags, paths))

@@ -103,48 +103,19 @@ def parse_completion_request(body: Any, served_model: str,
     if model is not None and model != served_model:
         raise RequestError(404, f"The model `{model}` does not exist; this server serves `{served_model}`.",
                            "model", "NotFoundError")
-    prompt = body.get("prompt")
-    prompts = [prompt] if isinstance(prompt, str) else prompt
-    if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
-        raise RequestError(400, "prompt must be a string or a non-empty list of strings", "prompt")
-    if len(prompts) > limits.max_prompts_per_request:
-        raise RequestError(400, f"at most {limits.max_prompts_per_request} prompts per request, got {len(prompts)}",
-                           "prompt")
-    if not all(prompts):
-        raise RequestError(400, "prompt must not be empty", "prompt")
+    prompts = _request_prompts(body.get("prompt"), limits)
     for name, allowed in (("stream", (None, False)), ("echo", (None, False)), ("logprobs", (None,)),
                           ("best_of", (None, 1)), ("suffix", (None, ""))):
         if body.get(name) not in allowed:
             raise RequestError(400, f"{name}={body.get(name)!r} is not supported by this server", name)
-
-    def number(name: str, default: float, kind: type = float) -> Any:
-        value = body.get(name)
-        if value is None:
-            return default
-        ok = isinstance(value, int) if kind is int else isinstance(value, int | float)
-        if ok and kind is float:
-            try:
-                value = float(value)
-            except OverflowError:
-                ok = False
-            ok = ok and math.isfinite(value)
-        if not ok or isinstance(value, bool):
-            raise RequestError(400, f"{name} must be {'an integer' if kind is int else 'a finite number'}", name)
-        return value
-
-    stop = body.get("stop")
-    stop = [] if stop is None else [stop] if isinstance(stop, str) else stop
-    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
-        raise RequestError(400, "stop must be a non-empty string or a list of them", "stop")
-    if len(stop) > limits.max_stop:
-        raise RequestError(400, f"at most {limits.max_stop} stop strings, got {len(stop)}", "stop")
+    stop = _request_stop(body.get("stop"), limits)
     seed = body.get("seed")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)
                              or not SEED_RANGE[0] <= seed < SEED_RANGE[1]):
         raise RequestError(400, "seed must be an integer in [-2**63, 2**64)", "seed")
-    values = dict(max_new_tokens=number("max_tokens", DEFAULT_MAX_TOKENS, int),
-                  temperature=number("temperature", 1.0), top_p=number("top_p", 1.0),
-                  n=number("n", 1, int), stop=tuple(stop), seed=seed)
+    values = dict(max_new_tokens=_request_number(body, "max_tokens", DEFAULT_MAX_TOKENS, int),
+                  temperature=_request_number(body, "temperature", 1.0), top_p=_request_number(body, "top_p", 1.0),
+                  n=_request_number(body, "n", 1, int), stop=tuple(stop), seed=seed)
     if values["n"] > limits.max_n:
         raise RequestError(400, f"n must be at most {limits.max_n}, got {values['n']}", "n")
     try:
@@ -153,6 +124,46 @@ def parse_completion_request(body: Any, served_model: str,
         param = {"max_new_tokens": "max_tokens"}.get(str(err).split()[0], str(err).split()[0])
         raise RequestError(400, str(err).replace("max_new_tokens", "max_tokens"), param) from None
     return prompts, params
+
+
+def _request_prompts(prompt: Any, limits: ServerLimits) -> list[str]:
+    """A string or a non-empty list of non-empty strings, at most `max_prompts_per_request`."""
+    prompts = [prompt] if isinstance(prompt, str) else prompt
+    if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
+        raise RequestError(400, "prompt must be a string or a non-empty list of strings", "prompt")
+    if len(prompts) > limits.max_prompts_per_request:
+        raise RequestError(400, f"at most {limits.max_prompts_per_request} prompts per request, got {len(prompts)}",
+                           "prompt")
+    if not all(prompts):
+        raise RequestError(400, "prompt must not be empty", "prompt")
+    return prompts
+
+
+def _request_stop(stop: Any, limits: ServerLimits) -> list[str]:
+    """None, a non-empty string or a list of them, at most `max_stop`."""
+    stop = [] if stop is None else [stop] if isinstance(stop, str) else stop
+    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
+        raise RequestError(400, "stop must be a non-empty string or a list of them", "stop")
+    if len(stop) > limits.max_stop:
+        raise RequestError(400, f"at most {limits.max_stop} stop strings, got {len(stop)}", "stop")
+    return stop
+
+
+def _request_number(body: dict, name: str, default: float, kind: type = float) -> Any:
+    """body[name] as an integer (`kind` int) or a finite float; the default when absent."""
+    value = body.get(name)
+    if value is None:
+        return default
+    ok = isinstance(value, int) if kind is int else isinstance(value, int | float)
+    if ok and kind is float:
+        try:
+            value = float(value)
+        except OverflowError:
+            ok = False
+        ok = ok and math.isfinite(value)
+    if not ok or isinstance(value, bool):
+        raise RequestError(400, f"{name} must be {'an integer' if kind is int else 'a finite number'}", name)
+    return value
 
 
 def check_prompt_chars(prompts: list[str], max_tokens: int, context: int | None, token_chars: int | None) -> None:

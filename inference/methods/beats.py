@@ -418,52 +418,9 @@ def _back_verify(problems: list[Problem], tracker: Tracker, config: Config, stat
     """Set every candidate's verdicts: one LLM verification per distinct answer of a problem (one
     call for all problems), one verifier score per distinct path (one call)."""
     if config.llm_backverify:
-        requests: list[tuple[int, str, str]] = []  # (problem, answer key, answer as first written)
-        for i, state in enumerate(states):
-            firsts: dict[str, str] = {}
-            for c in state.candidates:
-                firsts.setdefault(c.key, c.answer)
-            requests += [(i, key, answer) for key, answer in firsts.items()]
-        params = SamplingParams(max_new_tokens=config.verify_max_new_tokens, temperature=0.0, n=1,
-                                stop=(VERDICT_CORRECT, VERDICT_INCORRECT), seed=config.seed)
-        outputs = tracker.generate([i for i, _, _ in requests],
-                                   [verify_prompt(problems[i].question, answer) for i, _, answer in requests], params)
-        verdicts: dict[tuple[int, str], bool | None] = {}
-        for (i, key, answer), (completion,) in zip(requests, outputs):
-            state = states[i]
-            state.generations += 1
-            verdict = parse_verdict(completion.text)
-            if verdict is None:
-                state.flags.append("no_verdict")
-                if completion.finish_reason == "length":
-                    state.flags.append("truncated")
-            verdicts[(i, key)] = verdict
-            state.verifications.append({"answer": answer, "key": key, "verdict": verdict,
-                                        "finish_reason": completion.finish_reason})
-        for i, state in enumerate(states):
-            for c in state.candidates:
-                c.llm_verdict = verdicts[(i, c.key)]
-
+        _llm_verdicts(problems, tracker, config, states)
     if config.verifier_backverify:
-        distinct: dict[tuple[int, tuple[str, ...]], int] = {}
-        owners, questions, paths = [], [], []
-        for i, state in enumerate(states):
-            for c in state.candidates:
-                k = (i, tuple(c.steps))
-                if k not in distinct:
-                    distinct[k] = len(paths)
-                    owners.append(i)
-                    questions.append(problems[i].question)
-                    paths.append(c.steps)
-        scores = tracker.score_paths(owners, questions, paths) if paths else []
-        for i, state in enumerate(states):
-            for c in state.candidates:
-                s = scores[distinct[(i, tuple(c.steps))]]
-                if s is None or not s:
-                    state.flags.append("verifier_refused")
-                else:
-                    c.verifier_score = aggregate(s, config.verifier_aggregate)
-
+        _verifier_scores(problems, tracker, config, states)
     for state in states:
         for c in state.candidates:
             ok = True
@@ -472,6 +429,59 @@ def _back_verify(problems: list[Problem], tracker: Tracker, config: Config, stat
             if config.verifier_backverify:
                 ok = ok and c.verifier_score is not None and c.verifier_score >= config.verifier_threshold
             c.verified = ok
+
+
+def _llm_verdicts(problems: list[Problem], tracker: Tracker, config: Config, states: list[_State]) -> None:
+    """The policy's verdict on each distinct answer of each problem (as first written), in one call;
+    an unreadable verdict is None and flagged."""
+    requests: list[tuple[int, str, str]] = []  # (problem, answer key, answer as first written)
+    for i, state in enumerate(states):
+        firsts: dict[str, str] = {}
+        for c in state.candidates:
+            firsts.setdefault(c.key, c.answer)
+        requests += [(i, key, answer) for key, answer in firsts.items()]
+    params = SamplingParams(max_new_tokens=config.verify_max_new_tokens, temperature=0.0, n=1,
+                            stop=(VERDICT_CORRECT, VERDICT_INCORRECT), seed=config.seed)
+    outputs = tracker.generate([i for i, _, _ in requests],
+                               [verify_prompt(problems[i].question, answer) for i, _, answer in requests], params)
+    verdicts: dict[tuple[int, str], bool | None] = {}
+    for (i, key, answer), (completion,) in zip(requests, outputs):
+        state = states[i]
+        state.generations += 1
+        verdict = parse_verdict(completion.text)
+        if verdict is None:
+            state.flags.append("no_verdict")
+            if completion.finish_reason == "length":
+                state.flags.append("truncated")
+        verdicts[(i, key)] = verdict
+        state.verifications.append({"answer": answer, "key": key, "verdict": verdict,
+                                    "finish_reason": completion.finish_reason})
+    for i, state in enumerate(states):
+        for c in state.candidates:
+            c.llm_verdict = verdicts[(i, c.key)]
+
+
+def _verifier_scores(problems: list[Problem], tracker: Tracker, config: Config, states: list[_State]) -> None:
+    """The verifier's aggregated score of each distinct candidate path, in one call; a path it
+    refuses keeps no score and is flagged."""
+    distinct: dict[tuple[int, tuple[str, ...]], int] = {}
+    owners, questions, paths = [], [], []
+    for i, state in enumerate(states):
+        for c in state.candidates:
+            k = (i, tuple(c.steps))
+            if k not in distinct:
+                distinct[k] = len(paths)
+                owners.append(i)
+                questions.append(problems[i].question)
+                paths.append(c.steps)
+    scores = tracker.score_paths(owners, questions, paths) if paths else []
+    for i, state in enumerate(states):
+        for c in state.candidates:
+            s = scores[distinct[(i, tuple(c.steps))]]
+            if s is None or not s:
+                state.flags.append("verifier_refused")
+            else:
+                c.verifier_score = aggregate(s, config.verifier_aggregate)
 
 
 def _decide(problem: Problem, state: _State, tracker: Tracker, config: Config, index: int) -> MethodOutput:
