@@ -40,7 +40,7 @@ class HFGenerator:
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-        model.to(device or ("cuda" if torch.cuda.is_available() else "cpu")).eval()
+        model.to(device or ("cuda" if torch.cuda.is_available() else "cpu")).eval()  # type: ignore[arg-type]
         return cls(model, tokenizer, batch_size=batch_size, chat_template=chat_template)
 
     @property
@@ -117,5 +117,5 @@ class _Cancel(StoppingCriteria):
     def __init__(self, should_stop: Callable[[], bool]):
         self.should_stop = should_stop
 
-    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.Tensor:
         return torch.full((input_ids.shape[0],), bool(self.should_stop()), dtype=torch.bool, device=input_ids.device)

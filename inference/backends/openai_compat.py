@@ -169,7 +169,7 @@ class OpenAICompatGenerator:
         """The model names the server lists at `/v1/models`."""
         url = self.config.base_url.rstrip("/") + "/models"
         data = self._request("GET", url, None)
-        return [m.get("id") for m in data.get("data", []) if isinstance(m, dict)]
+        return [str(m["id"]) for m in data.get("data", []) if isinstance(m, dict) and m.get("id") is not None]
 
     # ----------------------------------------------------------------- internals
 

@@ -316,7 +316,8 @@ class _Batcher:
             if not pending:
                 continue
             head = pending[0]
-            batch, size = [], 0
+            batch: list[_Job] = []
+            size = 0
             for job in pending:
                 if job.params == head.params and (not batch or size + len(job.prompts) <= self.max_batch_prompts):
                     batch.append(job)
@@ -332,7 +333,7 @@ class _Batcher:
                 def should_stop() -> bool:
                     return all(job.abandoned() for job in batch)
 
-                results = self.generator.generate(prompts, batch[0].params, should_stop=should_stop)
+                results = self.generator.generate(prompts, batch[0].params, should_stop=should_stop)  # type: ignore[call-arg]
                 if should_stop():
                     self.cancelled_batches += 1
             else:
@@ -396,7 +397,7 @@ class CompletionServer:
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host if isinstance(host, str) else host.decode()}:{port}/v1"
 
     def describe(self) -> dict[str, Any]:
         """What the CLI prints on start: the served name, the API root, the device, whether a key is required."""
@@ -502,7 +503,7 @@ class _Handler(BaseHTTPRequestHandler):
         return self.server.app  # type: ignore[attr-defined]
 
     def setup(self) -> None:
-        self.timeout = self.app.limits.read_timeout_s  # each read of the socket (headers, body, keep-alive idle)
+        self.timeout = self.app.limits.read_timeout_s  # type: ignore[misc]  # each socket read (headers, body, idle)
         super().setup()
 
     def _client_gone(self) -> bool:
@@ -653,7 +654,7 @@ class ServeArguments:
 def parse_args(argv: list[str] | None = None) -> ServeArguments:
     from transformers import HfArgumentParser
 
-    (args,) = HfArgumentParser((ServeArguments,)).parse_args_into_dataclasses(args=argv)
+    (args,) = HfArgumentParser(ServeArguments).parse_args_into_dataclasses(args=argv)  # type: ignore[arg-type]
     if not args.model:
         raise ValueError("--model is required")
     from inference.backends.model_files import check_model_path

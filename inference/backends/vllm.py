@@ -307,7 +307,7 @@ def _refresh_tied_heads(model) -> int:
     for module in model.modules():
         method = getattr(module, "quant_method", None)
         weight = getattr(module, "weight", None)
-        if (type(module).__name__ == "ParallelLMHead" and weight is not None and weight.numel()
+        if (type(module).__name__ == "ParallelLMHead" and weight is not None and weight.numel() and method is not None
                 and weight.data_ptr() in embeddings and type(method).__name__ == "UnquantizedEmbeddingMethod"):
             method.process_weights_after_loading(module)
             done += 1
