@@ -20,7 +20,7 @@ def calibrate_stepco_threshold(cfg: CompareConfig, arts: dict[str, Artefact], ou
     ev = cfg.eval
     if ev.threshold_dev_problems is None or "stepco" not in ev.methods:
         return None
-    from inference.backends.base import SamplingParams
+    from backends.base import SamplingParams
     from inference.evaluate import build_generator
     from reasoning.world import generate, world_config_of
     from reward_models.evaluate import (

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from inference.backends.base import Completion
+from backends.base import Completion
 from inference.methods import best_of_n
 
 

@@ -132,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     one_thread_unless_told()
     import torch
 
-    from inference.backends.base import SamplingParams
-    from inference.backends.factory import make_generator
+    from backends.base import SamplingParams
+    from backends.factory import make_generator
     from reasoning.grading import grade
     from reasoning.prompts import solve_prompt
     from reasoning.steps import split_steps

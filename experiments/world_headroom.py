@@ -40,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from inference.backends.base import SamplingParams
-    from inference.backends.hf import HFGenerator
+    from backends.base import SamplingParams
+    from backends.hf import HFGenerator
     from reasoning.grading import grade
     from reasoning.prompts import solve_prompt
     from reasoning.steps import split_steps

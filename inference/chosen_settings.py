@@ -119,7 +119,7 @@ def _calibrate(method: Any, config: RevisionConfig, generator: Any, verifier: An
                world_seed: int, batch_size: int) -> dict[str, Any]:
     """θ by `reward_models.evaluate`'s calibration on dev problems, then StepCo at θ against its first
     paths (StepCo at θ 0: the same initial paths, never revised) on other dev problems."""
-    from inference.backends.base import SamplingParams
+    from backends.base import SamplingParams
     from inference.methods.base import Tracker, blind
     from reasoning.steps import answer_correct
     from reasoning.world import generate, row_to_problem

@@ -20,7 +20,7 @@ read from `--data_dir`, default `../shared/data`) or a `.jsonl` file in that sch
 
 `P` is the policy: a `save_pretrained` directory for `hf`, a local directory or Hub id for `vllm`,
 the served model name for `openai` (any OpenAI-compatible server, e.g. `python -m
-inference.backends.serve`). Backends are built by `inference.backends.factory.make_generator`;
+backends.serve`). Backends are built by `backends.factory.make_generator`;
 `--batch_size` and `--device` apply to `hf`, and `--backend_options '{"base_url": ...}'` passes
 anything else a backend takes. Models are loaded on first use, so re-running a finished run
 loads none.
@@ -488,12 +488,12 @@ class _Lazy:
 
 
 def build_generator(backend: str, model: str, batch_size: int = 64, device: str | None = None, **options: Any):
-    """A `Generator` for `backend` through `inference.backends.factory.make_generator`.
+    """A `Generator` for `backend` through `backends.factory.make_generator`.
 
     `batch_size` and `device` apply to `hf` only; `options` (from `--backend_options`) go to the
     backend as they are (vllm: `vllm.LLM` settings; openai: `base_url`, `max_concurrency`, ...).
     """
-    from inference.backends.factory import make_generator
+    from backends.factory import make_generator
 
     if backend == "hf":
         options = {"batch_size": batch_size, "device": device, **options}
@@ -919,7 +919,7 @@ def summarize(rows: Sequence[dict], progress: Sequence[dict] = (), n_problems: i
 def check_server(model: str, options: dict[str, Any]) -> None:
     """One request to an OpenAI-compatible server's `/v1/models`, without retries, before anything
     is loaded: an EvaluationError when no server answers there (any HTTP answer will do)."""
-    from inference.backends.openai_compat import OpenAICompatError
+    from backends.openai_compat import OpenAICompatError
 
     try:
         probe = build_generator("openai", model, **{**options, "max_retries": 0})
@@ -933,7 +933,7 @@ def check_server(model: str, options: dict[str, Any]) -> None:
         if err.status is None:
             raise EvaluationError(
                 f"--backend openai: no server answers at {probe.config.base_url} ({err}); start one (e.g. python -m "
-                "inference.backends.serve) or give its address: --backend_options '{\"base_url\": ...}'") from None
+                "backends.serve) or give its address: --backend_options '{\"base_url\": ...}'") from None
     finally:
         probe.close()
 
@@ -945,7 +945,7 @@ def _check_policy(args: EvalArguments) -> None:
         raise EvaluationError(f"--policy {args.policy}: no such directory (the hf backend loads a "
                               "save_pretrained folder)")
     if args.backend in ("hf", "vllm"):
-        from inference.backends.model_files import ModelFilesError, check_model_folder, check_model_path
+        from backends.model_files import ModelFilesError, check_model_folder, check_model_path
 
         try:
             if args.backend == "hf":

@@ -400,7 +400,7 @@ def load_eval_set(data: str, args: EvalArguments, generator_factory, default_spl
         world_rows = rows
         if limit is not None:
             world_rows = [rows[i] for i in limited_rows([None] * len(rows), limit, args.limit_strategy, args.seed)]
-    from inference.backends.base import SamplingParams
+    from backends.base import SamplingParams
 
     if not args.policy:
         raise ValueError(f"{data}: world problems need --policy to sample the paths to evaluate")
@@ -541,7 +541,7 @@ def calibrate_on_items(verifier, items: Sequence[PathItem], batch_size: int = 32
 
 def evaluate(args: EvalArguments) -> dict[str, Any]:
     """Load, sample (world), score, calibrate, measure; returns the summary and writes `args.out`."""
-    from inference.backends.model_files import check_model_path
+    from backends.model_files import check_model_path
     from reward_models.load import check_spec, load_verifier
 
     if not args.verifier or not args.data:
@@ -557,7 +557,7 @@ def evaluate(args: EvalArguments) -> dict[str, Any]:
     def generator_factory():
         nonlocal generator
         if generator is None:
-            from inference.backends.hf import HFGenerator
+            from backends.hf import HFGenerator
 
             generator = HFGenerator.from_pretrained(args.policy, batch_size=args.gen_batch_size, device=args.device)
         return generator

@@ -57,7 +57,7 @@ from typing import Any
 
 import torch
 
-from inference.backends.model_files import check_model_path
+from backends.model_files import check_model_path
 from reasoning.benchmarks import DatasetError
 from reasoning.jsonl import read_jsonl
 from reasoning.threads import one_thread_unless_told

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inference.backends.model_files import check_model_folder, check_model_path
+from backends.model_files import check_model_folder, check_model_path
 from reward_models.prm_families import FAMILY_NAMES
 from reward_models.verifier import Verifier
 

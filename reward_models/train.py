@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from transformers import Trainer, TrainingArguments
 
-from inference.backends.model_files import check_model_path
+from backends.model_files import check_model_path
 from reasoning.jsonl import read_jsonl
 from reasoning.threads import one_thread_unless_told
 from reward_models.psv import encode_paths, init_psv_from_policy, load_psv_model

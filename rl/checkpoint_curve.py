@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import torch
 
-    from inference.backends.hf import HFGenerator
+    from backends.hf import HFGenerator
     from rl.evaluation import greedy_eval
     from rl.ppo_setup import load_policy
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from inference.backends.base import SamplingParams
+from backends.base import SamplingParams
 from reasoning.grading import grade
 from reasoning.prompts import solve_prompt
 from reasoning.stats import paired_bootstrap_diff

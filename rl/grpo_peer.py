@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM, set_seed
     from trl import GRPOTrainer
 
-    from inference.backends.hf import HFGenerator
+    from backends.hf import HFGenerator
     from rl.evaluation import compare_greedy_rows, greedy_eval
     from rl.ppo_setup import load_problems
 

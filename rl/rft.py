@@ -152,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 
-    from inference.backends.base import SamplingParams
-    from inference.backends.hf import HFGenerator
+    from backends.base import SamplingParams
+    from backends.hf import HFGenerator
     from rl.evaluation import compare_greedy_rows, greedy_eval
     from rl.ppo_setup import load_problems
     from rl.problem_hooks import WORLD_HOOKS

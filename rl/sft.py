@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 from trl import SFTConfig
 
-from inference.backends.hf import HFGenerator
-from inference.backends.model_files import check_model_path
+from backends.hf import HFGenerator
+from backends.model_files import check_model_path
 from reasoning.corpora import TASKS, build_corpus, parse_teacher_noise
 from reasoning.flag_names import did_you_mean
 from reasoning.threads import one_thread_unless_told

@@ -187,7 +187,7 @@ if wanted ddp; then
     row ddp 2 SKIP 0 - - "one GPU"
   fi
 fi
-HEAD_DIM=$( [ $DRY = 1 ] && echo 64 || "$PY" -c "import sys; sys.path.insert(0, '.'); from inference.backends.model_files import head_dim_of; print(head_dim_of(sys.argv[1]) or 0)" "$MODEL" 2>/dev/null || echo 0)
+HEAD_DIM=$( [ $DRY = 1 ] && echo 64 || "$PY" -c "import sys; sys.path.insert(0, '.'); from backends.model_files import head_dim_of; print(head_dim_of(sys.argv[1]) or 0)" "$MODEL" 2>/dev/null || echo 0)
 if wanted vllm_rollouts; then
   if [ $HAS_VLLM = 1 ] && [ "$DEVICE" = cpu ] && [ "$HEAD_DIM" -lt 32 ]; then
     row vllm_rollouts 1 SKIP 0 - - "vLLM's CPU build needs attention heads of 32 or more; this model's are $HEAD_DIM"

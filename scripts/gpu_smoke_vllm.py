@@ -17,7 +17,7 @@ Three checks, each printing one line `RESULT <name> <PASS|FAIL|SKIP> <seconds> <
   their ratio. Passes when both produced tokens (a measurement, not a bar). vLLM runs eager
   (`enforce_eager`: no CUDA graphs or torch.compile, so start-up fits the smoke's budget), which
   understates its speed.
-- `sync`: the PPO weight sync (`inference.backends.vllm.sync_policy`) into a colocated engine
+- `sync`: the PPO weight sync (`backends.vllm.sync_policy`) into a colocated engine
   (`colocated_engine`): a LoRA adapter with non-zero weights is put on the policy, its merged weights
   are pushed, and vLLM's greedy completions must then match HF's greedy completions of the adapted
   policy (same 90% rule), while the engine's completions before the push match the base policy's.
@@ -96,9 +96,9 @@ def compare(got, want, label: str) -> tuple[int, int, int]:
 
 
 def check_generate(args, prompts, torch_dtype) -> None:
-    from inference.backends.base import SamplingParams
-    from inference.backends.hf import HFGenerator
-    from inference.backends.vllm import VLLMGenerator
+    from backends.base import SamplingParams
+    from backends.hf import HFGenerator
+    from backends.vllm import VLLMGenerator
 
     t0 = time.time()
     runs = {"no_stop": SamplingParams(max_new_tokens=args.max_new_tokens),
@@ -119,9 +119,9 @@ def check_generate(args, prompts, torch_dtype) -> None:
 def check_throughput(args, prompts, torch_dtype) -> None:
     import torch
 
-    from inference.backends.base import SamplingParams
-    from inference.backends.hf import HFGenerator
-    from inference.backends.vllm import VLLMGenerator
+    from backends.base import SamplingParams
+    from backends.hf import HFGenerator
+    from backends.vllm import VLLMGenerator
 
     t_start = time.time()
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=1.0, n=args.samples, seed=0)
@@ -176,9 +176,9 @@ def check_sync(args, prompts, torch_dtype) -> None:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from inference.backends.base import SamplingParams
-    from inference.backends.hf import HFGenerator
-    from inference.backends.vllm import colocated_engine, completions_from_output, save_for_vllm, sync_policy
+    from backends.base import SamplingParams
+    from backends.hf import HFGenerator
+    from backends.vllm import colocated_engine, completions_from_output, save_for_vllm, sync_policy
 
     t0 = time.time()
     tok = AutoTokenizer.from_pretrained(args.policy)
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
 
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
-        from inference.backends.model_files import head_dim_of
+        from backends.model_files import head_dim_of
 
         head_dim = head_dim_of(args.policy)
         if head_dim is not None and head_dim < 32:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from inference.backends.base import Completion
+from backends.base import Completion
 from reasoning.steps import split_steps
 from reasoning.world import earliest_error, generate, row_to_problem
 from reward_models import annotate as ann

@@ -1,4 +1,4 @@
-"""The `openai` backend against a real server on loopback (`inference.backends.serve` over a tiny
+"""The `openai` backend against a real server on loopback (`backends.serve` over a tiny
 HF model), the server itself, the `vllm` backend's CPU behaviour, and the factory."""
 
 import json
@@ -12,15 +12,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from inference.backends import make_generator
-from inference.backends.base import SamplingParams
-from inference.backends.hf import HFGenerator
-from inference.backends.openai_compat import (
+from backends import make_generator
+from backends.base import SamplingParams
+from backends.hf import HFGenerator
+from backends.openai_compat import (
     OpenAICompatError,
     OpenAICompatGenerator,
     split_completion_tokens,
 )
-from inference.backends.serve import CompletionServer
+from backends.serve import CompletionServer
 from reasoning.prompts import solve_prompt
 from reasoning.steps import join_steps
 from reasoning.world import WorldConfig, generate
@@ -294,7 +294,7 @@ def test_vllm_absent_gives_a_clear_error():
 
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vllm is installed here; the missing-vllm error cannot be shown")
-    from inference.backends.vllm import VLLMGenerator
+    from backends.vllm import VLLMGenerator
 
     with pytest.raises(ImportError, match=r"pip install 'steprl\[vllm\]'"):
         VLLMGenerator("any/model")
@@ -331,7 +331,7 @@ def test_vllm_backend_maps_params_and_outputs(monkeypatch):
             ]) for i in inputs]
 
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=FakeLLM, SamplingParams=FakeSamplingParams))
-    from inference.backends.vllm import VLLMGenerator
+    from backends.vllm import VLLMGenerator
 
     gen = make_generator("vllm", "some/model", dtype="float32", enforce_eager=True)
     assert isinstance(gen, VLLMGenerator)
@@ -357,8 +357,8 @@ def test_factory(model_dir, server):
 
 
 def test_serve_cli(model_dir, monkeypatch):
-    """The `python -m inference.backends.serve` path in-process: arguments, model loading, the key."""
-    from inference.backends import serve
+    """The `python -m backends.serve` path in-process: arguments, model loading, the key."""
+    from backends import serve
 
     with pytest.raises(ValueError, match="not set"):
         serve.parse_args(["--model", str(model_dir), "--api_key_env", "STEPRL_UNSET_KEY"])
@@ -480,7 +480,7 @@ def test_a_prompt_too_long_in_characters_is_refused_before_it_is_tokenised(serve
 
 
 def test_the_character_bound_never_refuses_a_prompt_that_fits(hf):
-    from inference.backends.prompt_limits import max_prompt_chars, prompts_fit
+    from backends.prompt_limits import max_prompt_chars, prompts_fit
 
     texts = ["Hal has 3 apples. " * k for k in (1, 10, 60, 200, 2000)] + ["x" * 5000, "9" * 3000, " " * 4000]
     counts = hf.count_tokens(texts)
@@ -506,7 +506,7 @@ class SlowGenerator:
     def generate(self, prompts, params, should_stop=None):
         import time
 
-        from inference.backends.base import Completion
+        from backends.base import Completion
 
         self.calls += 1
         done = 0
@@ -533,7 +533,7 @@ def _send_and_leave(url: str, body: dict) -> None:
 def test_generation_stops_when_its_client_leaves_or_its_deadline_passes():
     import time
 
-    from inference.backends.serve import ServerLimits
+    from backends.serve import ServerLimits
 
     slow = SlowGenerator()
     with CompletionServer(slow, NAME, port=0, batch_wait_s=0, limits=ServerLimits(request_timeout_s=1.0)) as srv:
@@ -556,7 +556,7 @@ def test_a_half_sent_request_is_dropped_after_the_read_timeout():
     import socket
     import time
 
-    from inference.backends.serve import ServerLimits
+    from backends.serve import ServerLimits
 
     with CompletionServer(SlowGenerator(), NAME, port=0, limits=ServerLimits(read_timeout_s=0.3)) as srv:
         host, port = srv.httpd.server_address[:2]
@@ -580,7 +580,7 @@ def test_sixty_concurrent_requests_are_all_answered_with_a_bounded_queue(model_d
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    from inference.backends.serve import ServerLimits
+    from backends.serve import ServerLimits
 
     generator = HFGenerator.from_pretrained(str(model_dir), batch_size=16, device="cpu")
     with CompletionServer(generator, NAME, port=0, limits=ServerLimits(max_queued_requests=8)) as srv:

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from inference.backends.base import Completion, SamplingParams
+from backends.base import Completion, SamplingParams
 from inference.methods import beats
 from inference.methods.base import Tracker, blind
 from reasoning.prompts import final_answer_prompt
@@ -460,7 +460,7 @@ def test_final_answer_prompt_tail_matches():
 def test_tiny_hf_model_end_to_end():
     import torch
 
-    from inference.backends.hf import HFGenerator
+    from backends.hf import HFGenerator
     from reasoning.corpora import build_corpus
     from reasoning.tokenizer import train_tokenizer
     from reasoning.world import WorldConfig, generate, row_to_problem

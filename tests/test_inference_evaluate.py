@@ -8,8 +8,8 @@ from dataclasses import asdict, dataclass
 
 import pytest
 
+from backends.base import Completion
 from inference import evaluate as ev
-from inference.backends.base import Completion
 from inference.methods.base import MethodOutput
 from reasoning.benchmarks import default_data_dir
 from reasoning.prompts import solve_prompt
@@ -165,8 +165,8 @@ def test_exact_verifier_needs_world_data(policy_dir, tmp_path, capsys):
 
 def test_openai_backend_against_the_toolkit_server(policy_dir, tmp_path):
     """--backend openai through the factory, served on loopback: the same greedy rows as --backend hf."""
-    from inference.backends.hf import HFGenerator
-    from inference.backends.serve import CompletionServer
+    from backends.hf import HFGenerator
+    from backends.serve import CompletionServer
 
     local = tmp_path / "hf"
     assert cli(*world_args(policy_dir, local, n=3)) == 0
@@ -312,7 +312,7 @@ def _blind_run(problems, tracker, config):
 
 
 def _params(config):
-    from inference.backends.base import SamplingParams
+    from backends.base import SamplingParams
 
     return SamplingParams(max_new_tokens=config.max_new_tokens, seed=config.seed)
 

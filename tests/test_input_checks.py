@@ -48,7 +48,7 @@ def _ppo(argv):
 
 
 def _serve(argv):
-    from inference.backends import serve
+    from backends import serve
 
     return serve.main(argv)
 
@@ -88,7 +88,7 @@ def test_a_broken_model_folder_is_named_in_one_line(policy, tmp_path, capsys, da
 
 
 def test_a_truncated_safetensors_header_or_shard_index_is_named(policy, tmp_path):
-    from inference.backends.model_files import ModelFilesError, check_model_folder
+    from backends.model_files import ModelFilesError, check_model_folder
 
     cut = _copy(policy, tmp_path, "cut")
     (cut / "model.safetensors").write_bytes(b"\x10\x00")
@@ -118,14 +118,14 @@ def test_a_misspelt_verifier_path_is_named_not_taken_for_a_hub_id(policy, tmp_pa
     ("Qwen/Qwen2.5-Math-PRM-7B", False), ("gpt2", False), ("org/name", False),
 ])
 def test_looks_local_is_the_one_rule_for_a_model_path(path, local, tmp_path, monkeypatch):
-    from inference.backends.model_files import looks_local
+    from backends.model_files import looks_local
 
     monkeypatch.chdir(tmp_path)
     assert looks_local(path) is local
 
 
 def test_a_first_component_that_exists_here_makes_a_path_local(tmp_path, monkeypatch):
-    from inference.backends.model_files import looks_local
+    from backends.model_files import looks_local
 
     monkeypatch.chdir(tmp_path)
     assert not looks_local("runs/policy")
@@ -285,7 +285,7 @@ def test_ppo_refuses_a_prompt_set_with_no_prompt_that_fits(policy, tmp_path, cap
 
 
 def test_the_tracker_refuses_a_huge_prompt_without_tokenising_it():
-    from inference.backends.base import Completion, SamplingParams
+    from backends.base import Completion, SamplingParams
     from inference.methods.base import Tracker
 
     class Counting:

@@ -182,7 +182,7 @@ def test_a_saved_policy_reloads_and_decodes_as_the_trainer_did(float32_runs):
     empty ZeRO-3 save, or a fingerprint of shards, would fail here)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from inference.backends.hf import HFGenerator
+    from backends.hf import HFGenerator
     from reasoning.problem_sets import WorldDraw, load_problem_set
     from reasoning.world import world_config_of
     from rl.evaluation import greedy_rows

@@ -1,4 +1,6 @@
-"""Package boundaries: every package imports from this repository, and imports go one way."""
+"""Package boundaries: every package imports from this repository, and imports go one way: the
+floors are reasoning, then backends, then reward_models, then rl and inference side by side, then
+compare; nothing imports a floor above its own."""
 
 import ast
 import importlib
@@ -7,16 +9,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("reasoning", "reward_models", "rl", "inference", "compare")
+PACKAGES = ("reasoning", "backends", "reward_models", "rl", "inference", "compare")
 # What each part of the toolkit may import from the others (DESIGN.md).
 ALLOWED = {
     "reasoning": set(),
-    "inference.backends": {"reasoning"},
-    "reward_models": {"reasoning", "inference.backends"},
-    "rl": {"reasoning", "reward_models", "inference.backends"},
-    "inference": {"reasoning", "inference.backends", "reward_models"},
+    "backends": {"reasoning"},
+    "reward_models": {"reasoning", "backends"},
+    "rl": {"reasoning", "reward_models", "backends"},
+    "inference": {"reasoning", "backends", "reward_models"},
     # the end-to-end comparison is the top floor: it imports every package and nothing imports it
-    "compare": {"reasoning", "inference.backends", "reward_models", "rl", "inference"},
+    "compare": {"reasoning", "backends", "reward_models", "rl", "inference"},
 }
 
 
@@ -29,11 +31,7 @@ def test_packages_import_from_this_repository(name):
 
 
 def _part(path: Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
-    parts = rel.parts
-    if parts[0] == "inference" and len(parts) > 1 and parts[1] == "backends":
-        return "inference.backends"
-    return parts[0]
+    return path.relative_to(ROOT).parts[0]
 
 
 def _imported_parts(tree: ast.AST) -> set[str]:
@@ -48,7 +46,7 @@ def _imported_parts(tree: ast.AST) -> set[str]:
         top = name.split(".")[0]
         if top not in PACKAGES:
             continue
-        out.add("inference.backends" if name.startswith("inference.backends") else top)
+        out.add(top)
     return out
 
 
@@ -58,8 +56,6 @@ def test_imports_go_one_way():
         for path in (ROOT / package).rglob("*.py"):
             part = _part(path)
             used = _imported_parts(ast.parse(path.read_text())) - {part}
-            if part == "inference":
-                used.discard("inference.backends")
             illegal = used - ALLOWED[part]
             if illegal:
                 bad.append(f"{path.relative_to(ROOT)} imports {sorted(illegal)}")
@@ -86,7 +82,7 @@ def _module_imports(path: Path, modules: set[str]) -> set[str]:
     return out
 
 
-CIRCLE_FREE = ("reasoning", "inference", "reward_models", "rl", "compare")
+CIRCLE_FREE = ("reasoning", "backends", "inference", "reward_models", "rl", "compare")
 """Packages none of whose modules is on an import circle: all of them."""
 
 
@@ -195,7 +191,7 @@ def test_each_choice_by_name_is_resolved_in_one_registry(registry, home, offered
 
 
 HEAVY = {"torch", "transformers", "trl", "peft", "accelerate", "datasets"}
-LATE_ON_PURPOSE = {"inference.backends.vllm"}
+LATE_ON_PURPOSE = {"backends.vllm"}
 """Project modules a module that loads torch may still import late: an optional extra (GPU only)."""
 
 
@@ -250,3 +246,24 @@ def test_inside_the_edge_no_earlier_setting_name_is_read():
             if pattern.search(line.split("#")[0]):
                 found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+def test_the_old_backends_path_forwards_to_the_same_objects_with_a_warning():
+    """`inference.backends` moved to the bottom package `backends`; for one release the old module
+    paths give the very same objects, each with one FutureWarning naming the new path."""
+    import subprocess
+    import sys
+
+    code = ("import warnings; warnings.simplefilter('always')\n"
+            "from inference.backends.hf import HFGenerator\n"
+            "from inference.backends.model_files import looks_local\n"
+            "import backends.hf, backends.model_files\n"
+            "assert HFGenerator is backends.hf.HFGenerator and looks_local is backends.model_files.looks_local\n")
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    lines = [line for line in run.stderr.splitlines() if "FutureWarning" in line]
+    assert any("inference.backends.hf moved to backends.hf" in line for line in lines), run.stderr
+    assert any("inference.backends.model_files moved to backends.model_files" in line for line in lines)
+    help_run = subprocess.run([sys.executable, "-m", "inference.backends.serve", "--help"], cwd=ROOT,
+                              capture_output=True, text=True)
+    assert help_run.returncode == 0 and "--model" in help_run.stdout, help_run.stderr

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from inference.backends.base import Completion, SamplingParams
+from backends.base import Completion, SamplingParams
 from inference.methods import best_of_n, greedy, pathco, self_consistency, stepco
 from inference.methods.base import Tracker, answer_key, blind, majority_vote
 from reasoning.grading import is_correct
@@ -502,7 +502,7 @@ WORLD = WorldConfig(min_steps=1, max_steps=2)
 def tiny():
     """An untrained tiny Llama and a small BPE tokenizer trained on world text (offline), and 3
     world problems with the exact verifier."""
-    from inference.backends.hf import HFGenerator
+    from backends.hf import HFGenerator
     from reasoning.tokenizer import train_tokenizer
     from rl.models import build_tiny_causal_lm
 

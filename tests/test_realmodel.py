@@ -102,8 +102,8 @@ def test_converted_model_loads_plain_with_its_chat_template(smollm2):
 
 
 def test_chat_template_prompting_and_free_form_steps(smollm2):
-    from inference.backends.base import SamplingParams
-    from inference.backends.hf import HFGenerator
+    from backends.base import SamplingParams
+    from backends.hf import HFGenerator
     from reasoning.prompts import chat_prompt, revise_prompt, solve_prompt
     from reasoning.steps import split_steps
 

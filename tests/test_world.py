@@ -447,7 +447,7 @@ def test_gain_by_kind_splits_the_change_by_decision_by_hand(tmp_path, capsys):
 def test_greedy_evaluation_classifies_errors_through_the_problems_hooks(tmp_path):
     """The greedy evaluation (and the trainer) reach the world's error kinds and settings files only
     through `ProblemHooks`: the world's classify world problems; with none, a row has no kind."""
-    from inference.backends.base import Completion
+    from backends.base import Completion
     from reasoning.steps import join_steps
     from rl.evaluation import greedy_eval
     from rl.problem_hooks import NO_HOOKS, WORLD_HOOKS

@@ -8,7 +8,7 @@ weights moved, a LoRA adapter with non-zero B, an untied copy) and pushed with `
 each push vLLM's greedy token ids and transformers' greedy token ids of the same policy are written
 to OUT_JSON, with the engine's greedy ids before the push (so a push that did nothing shows).
 
-`ppo`: `rl/ppo_step.py`'s `main` with `inference.backends.vllm.sync_policy` wrapped: after every push
+`ppo`: `rl/ppo_step.py`'s `main` with `backends.vllm.sync_policy` wrapped: after every push
 (the trainer pushes before each rollout, i.e. after every update) the engine's greedy ids on fixed
 prompts are compared with transformers' greedy ids of the policy just pushed; one JSON line per push
 goes to CHECKS_DIR/rank<r>.jsonl.
@@ -68,7 +68,7 @@ def run_sync(out_json: str, policy_dir: str) -> None:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from inference.backends.vllm import colocated_engine, save_for_vllm, sync_policy
+    from backends.vllm import colocated_engine, save_for_vllm, sync_policy
 
     tok = AutoTokenizer.from_pretrained(policy_dir)
     ids = prompt_ids(tok)
@@ -110,7 +110,7 @@ def run_sync(out_json: str, policy_dir: str) -> None:
 def run_ppo(checks_dir: str, ppo_argv: list[str]) -> int:
     import torch
 
-    import inference.backends.vllm as backend
+    import backends.vllm as backend
 
     original = backend.sync_policy
     pushes = []

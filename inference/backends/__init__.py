@@ -1,10 +1,13 @@
-"""Generator backends: `hf` (transformers), `vllm` (vLLM's offline engine), `openai` (any
-OpenAI-compatible server; `python -m inference.backends.serve` is one). Imports only `reasoning`.
+"""The generator backends' old home, kept for one release: they are the bottom package `backends`
+now (`reward_models`, `rl` and `inference` all import it; nothing below imports upward).
 
-`make_generator(kind, model, **opts)` builds any of them; the backends themselves are imported
-only when used, so importing this package stays light.
+`import inference.backends.hf` and `python -m inference.backends.serve` still work, each with one
+FutureWarning line naming the new path; every name is the new module's own object.
 """
 
-from inference.backends.factory import GENERATOR_KINDS, make_generator
+from backends import GENERATOR_KINDS, make_generator
+from inference.backends._moved import warn_moved
+
+warn_moved("inference.backends", "backends")
 
 __all__ = ["GENERATOR_KINDS", "make_generator"]

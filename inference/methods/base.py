@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from inference.backends.base import Completion, Generator, SamplingParams
-from inference.backends.prompt_limits import PROMPT_TOO_LONG, prompts_fit
+from backends.base import Completion, Generator, SamplingParams
+from backends.prompt_limits import PROMPT_TOO_LONG, prompts_fit
 from reasoning.answers import choice_letter, parse_number
 from reasoning.grading import normalize_latex, normalize_text
 from reasoning.types import Problem, ReasoningPath

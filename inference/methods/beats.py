@@ -55,7 +55,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from inference.backends.base import Completion, SamplingParams
+from backends.base import Completion, SamplingParams
 from inference.methods.base import MethodOutput, NoVerifierError, Tracker, answer_key, check_sampling_fields
 from reasoning.answers import extract_answer
 from reasoning.prompts import (

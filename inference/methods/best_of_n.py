@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inference.backends.base import SamplingParams
+from backends.base import SamplingParams
 from inference.methods.base import (
     MethodOutput,
     Tracker,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inference.backends.base import SamplingParams
+from backends.base import SamplingParams
 from inference.methods.base import MethodOutput, Tracker, check_sampling_fields, completion_flags
 from reasoning.answers import extract_answer
 from reasoning.prompts import solve_prompt

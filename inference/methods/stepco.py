@@ -52,7 +52,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from inference.backends.base import SamplingParams
+from backends.base import SamplingParams
 from inference.methods.base import MethodOutput, Tracker, check_sampling_fields, completion_flags
 from reasoning.answers import extract_answer
 from reasoning.prompts import revise_prompt, solve_prompt

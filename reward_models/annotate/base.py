@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from inference.backends.base import Completion, Generator, SamplingParams
+from backends.base import Completion, Generator, SamplingParams
 from reasoning.steps import ANSWER_MATCHES, check_answer_match
 from reasoning.types import Problem
 from reasoning.world import earliest_error

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from inference.backends.base import Completion, SamplingParams
+from backends.base import Completion, SamplingParams
 
 
 class LazyHFGenerator:
@@ -27,13 +27,13 @@ class LazyHFGenerator:
     def context_length(self) -> int | None:
         from transformers import AutoConfig
 
-        from inference.backends.prompt_limits import context_of
+        from backends.prompt_limits import context_of
 
         return context_of(AutoConfig.from_pretrained(self.path))
 
     @property
     def max_token_chars(self) -> int | None:
-        from inference.backends.prompt_limits import max_token_chars
+        from backends.prompt_limits import max_token_chars
 
         return max_token_chars(self._tok())
 
@@ -42,7 +42,7 @@ class LazyHFGenerator:
 
     def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
         if self._generator is None:
-            from inference.backends.hf import HFGenerator
+            from backends.hf import HFGenerator
 
             self._generator = HFGenerator.from_pretrained(self.path, batch_size=self.batch_size,
                                                           chat_template=self.chat_template)

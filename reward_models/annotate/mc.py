@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from inference.backends.base import SamplingParams
+from backends.base import SamplingParams
 from reasoning.prompts import solve_prompt
 from reasoning.steps import answer_correct, has_answer, prefix_text
 from reward_models.annotate.base import derive_seed, make_row

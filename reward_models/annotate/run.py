@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from inference.backends.base import Generator
-from inference.backends.prompt_limits import PROMPT_TOO_LONG, prompts_fit
+from backends.base import Generator
+from backends.prompt_limits import PROMPT_TOO_LONG, prompts_fit
 from reasoning.prompts import solve_prompt
 from reasoning.questions import QuestionError, check_questions
 from reasoning.types import Problem
@@ -90,7 +90,7 @@ def _check_problems(problems: Sequence[Problem], cfg: AnnotateConfig) -> None:
 
 def _policy_generator(cfg: AnnotateConfig) -> Generator:
     """The policy through the hf backend, loaded on first use; a bad path is named now, in one line."""
-    from inference.backends.model_files import check_model_path
+    from backends.model_files import check_model_path
 
     try:
         check_model_path("--policy", cfg.policy)

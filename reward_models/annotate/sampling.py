@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from inference.backends.base import Generator, SamplingParams
+from backends.base import Generator, SamplingParams
 from reasoning.prompts import solve_prompt
 from reasoning.steps import answer_correct, has_answer, split_steps
 from reasoning.types import Problem

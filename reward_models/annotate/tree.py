@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from inference.backends.base import Completion, Generator, SamplingParams
+from backends.base import Completion, Generator, SamplingParams
 from reasoning.prompts import explore_prompt, solve_prompt
 from reasoning.steps import CLOSE_TAG, answer_correct, has_answer, split_steps
 from reasoning.types import Problem

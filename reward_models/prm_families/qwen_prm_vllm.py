@@ -96,7 +96,7 @@ class VLLMQwenPRM(FamilyVerifier):
 
     def close(self) -> None:
         """Release the engine (its worker processes and memory)."""
-        from inference.backends.vllm import close_engine
+        from backends.vllm import close_engine
 
         close_engine(self.llm)
 
