@@ -30,6 +30,7 @@ import shutil
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -307,10 +308,10 @@ class StepPPOTrainer:
         args, mask = self.args, batch.response_mask
         estimator = M.ESTIMATORS[args.advantage_estimator]
         token_rewards = scores if estimator.kl_in_loss else scores - self.kl_ctl.value * logps.kl
-        sampled = None if step_values is None else (lambda: (step_values.values, step_values.token_steps, {}))
-        estimate = estimator.estimate(token_rewards, logps.values, batch.reward_mask, mask, gamma=args.gamma,
-                                      lam=args.lam, group_size=args.num_generations, credit=args.step_credit,
-                                      step_values=sampled, scale=args.scale_rewards)
+        inputs = M.AdvantageBatch(token_rewards, mask, batch.reward_mask, logps.values)
+        if step_values is not None:
+            inputs = replace(inputs, step_values=step_values.values, token_steps=step_values.token_steps)
+        estimate = estimator.estimate(inputs, args)
         stats = {**estimate.stats, **(step_values.stats if step_values is not None else {})}
         loss_mask = mask  # the tokens the loss averages over
         if args.drop_flat_groups:  # DAPO: no flat group in the loss; the others keep their weight
