@@ -16,7 +16,7 @@ from reasoning.steps import answer_correct, has_answer, split_steps
 from reasoning.types import Problem
 from rl.batches import Rollouts
 from rl.ppo_config import StepPPOConfig
-from rl.rewards import WeightedReward, call_reward_func
+from rl.rewards import ScoredRewards, WeightedReward, call_reward_func
 from rl.step_rewards import (
     RunningMeanStd,
     assign_rewards,
@@ -61,12 +61,16 @@ class RewardTally:
     totals: list[float] = field(default_factory=list)
 
     @classmethod
-    def start(cls, funcs: list[WeightedReward], answer_match: str = "strict") -> RewardTally:
+    def start(cls, funcs: list[WeightedReward], table: list[list[Any]], answer_match: str = "strict"
+              ) -> RewardTally:
+        """A tally of the batch whose reward table (one row per function of `funcs`) is `table`."""
         tally = cls({kind: 0.0 for kind in ("verifier", "gold", "penalty", "user")}, [0.0] * len(funcs),
                     answer_match=answer_match)
-        for r in funcs:  # the verifier's step scores behind its rewards, for the mean step score
-            tally.unscorable += getattr(r.func, "last_unscorable", 0) if r.kind == "verifier" else 0
-            for s in getattr(r.func, "last_scores", None) or []:
+        for r, row in zip(funcs, table):  # the verifier's step scores behind its rewards, for the mean step score
+            if not isinstance(row, ScoredRewards):
+                continue
+            tally.unscorable += row.unscorable if r.kind == "verifier" else 0
+            for s in row.scores:
                 if s is not None:
                     tally.counts["step_score_sum"] += sum(s)
                     tally.counts["scored_steps"] += len(s)
@@ -196,7 +200,7 @@ class RewardPlacer:
         and the batch's tally."""
         n, width = batch.response_ids.shape
         rewards, reward_mask = torch.zeros((n, width)), torch.zeros((n, width))
-        tally = RewardTally.start(self.reward_funcs, self.args.answer_match)
+        tally = RewardTally.start(self.reward_funcs, table, self.args.answer_match)
         for i in range(n):
             n_tokens = max(responses.lengths[i], 1)
             tally.count_response(batch.texts[i], batch.problems[i], responses, i, self.tokenizer.eos_token_id)
