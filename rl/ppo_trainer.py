@@ -29,7 +29,6 @@ import math
 import shutil
 import sys
 import time
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -37,10 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from inference.backends.base import SamplingParams
-from inference.backends.hf import HFGenerator
 from reasoning.jsonl import write_jsonl
-from reasoning.prompts import solve_prompt
 from reasoning.steps import answer_correct, split_steps
 from reasoning.types import Problem
 from reward_models.implicit_prm import find_implicit
@@ -48,10 +44,11 @@ from rl import distributed as D
 from rl import ppo_math as M
 from rl import tracking
 from rl.batches import Advantages, LogProbs, Rollouts, StepValues
-from rl.evaluation import compare_greedy_rows, greedy_rows, summarize_greedy_rows
+from rl.evaluation import compare_greedy_rows
 from rl.hub import push_folder
 from rl.length_drift import LengthDriftGuard
 from rl.ppo_config import StepPPOConfig
+from rl.ppo_eval import PolicyEvaluator
 from rl.problem_hooks import WORLD_HOOKS, ProblemHooks
 from rl.reward_table import RewardPlacer
 from rl.rewards import WeightedReward, build_reward_funcs
@@ -158,7 +155,6 @@ class StepPPOTrainer:
         self.prompt_too_long = dict(prompt_too_long or {})
         """Problems of each prompt set left out before the run because their prompt does not fit the
         context (`rl.ppo_setup.check_prompt_sets`); reported in eval.json."""
-        self.probe_wrong_at_start: list[str] | None = None
         self.is_peft = hasattr(policy, "disable_adapter")
         ref_policy = self._frozen_reference(policy, ref_policy)
         critic = _kept_critic(config, critic)
@@ -182,6 +178,9 @@ class StepPPOTrainer:
         self.run = RunDir(self.out)
         self.sampler = RolloutSampler(config, tokenizer, self.accelerator, self.model, self.train_problems, self.out)
         """The rollouts of each update and mc_values' continuations (`rl.rollouts`)."""
+        self.evaluator = PolicyEvaluator(config, tokenizer, self.accelerator, self.sampler, hooks, self.eval_problems,
+                                         self.probe_problems, self.run)
+        """Greedy evaluation and the probes (`rl.ppo_eval`)."""
         if self.accelerator.is_main_process:
             self.out.mkdir(parents=True, exist_ok=True)
 
@@ -422,90 +421,7 @@ class StepPPOTrainer:
         return dict(zip(keys, t.tolist()))
 
     # ------------------------------------------------------------------------------------------
-    # evaluation, checkpoints, the loop
-
-    @contextmanager
-    def _eval_generator(self):
-        """An HF generator over the policy in eval mode (train mode restored after), its weights
-        whole (gathered on every rank under ZeRO-3)."""
-        with self.sampler.policy_for_generation() as policy:
-            was_training = policy.training
-            policy.eval()
-            try:
-                yield HFGenerator(policy, self.tokenizer, batch_size=self.args.greedy_eval_batch_size,
-                                  chat_template=self.args.chat_template)
-            finally:
-                if was_training:
-                    policy.train()
-
-    def _shard(self, items: list) -> list:
-        """This rank's share of `items` (every num_processes-th, from its index)."""
-        return items[self.accelerator.process_index :: self.accelerator.num_processes]
-
-    def _unshard(self, mine: list, n: int) -> list:
-        """Every rank's `_shard` results, back in the order of the `n` items they came from (collective)."""
-        size = self.accelerator.num_processes
-        if size == 1:
-            return mine
-        from accelerate.utils import gather_object
-
-        shards = gather_object([mine])
-        out: list = [None] * n
-        for rank, shard in enumerate(shards):
-            out[rank::size] = shard
-        return out
-
-    def _greedy(self, gen, problems: list[Problem], desc: str | None = None) -> dict[str, Any]:
-        """Greedy rows and summary of `problems`, each rank decoding its share (collective). With
-        `desc`, a progress bar on the main process (stderr), advanced per generation batch: the rows
-        are the same, the batches being those the generator would make of the whole share."""
-        from tqdm.auto import tqdm
-
-        mine = self._shard(problems)
-        step = max(1, self.args.greedy_eval_batch_size)
-        shown = desc is not None and self.accelerator.is_main_process and not self.args.disable_tqdm
-        bar = tqdm(total=len(problems), desc=desc, unit="problem", disable=not shown, leave=False)
-        rows: list[dict[str, Any]] = []
-        for start in range(0, len(mine), step):
-            rows += greedy_rows(gen, mine[start : start + step], max_new_tokens=self.args.max_completion_length,
-                                hooks=self.hooks)
-            # every rank decodes a share of the same size: the main rank's progress stands for all
-            bar.update(min(len(problems) - bar.n, len(mine[start : start + step]) * self.accelerator.num_processes))
-        bar.close()
-        rows = self._unshard(rows, len(problems))
-        return {"summary": summarize_greedy_rows(rows), "rows": rows}
-
-    def greedy_eval(self, desc: str | None = None) -> dict[str, Any]:
-        """Greedy accuracy on the evaluation problems; every rank takes part (collective)."""
-        with self._eval_generator() as gen:
-            return self._greedy(gen, self.eval_problems, desc)
-
-    def probe(self) -> dict[str, float]:
-        """The learning curve as the run goes: greedy accuracy on the fixed probe problems, and the
-        sampled accuracy (rollout temperature, `num_generations` each) on the probe problems that
-        the policy got wrong greedily at the start. Sharpening raises sampled accuracy on problems
-        greedy already solves; learning shows as greedy accuracy rising and as more right samples
-        on the problems it started out getting wrong."""
-        args = self.args
-        with self._eval_generator() as gen:  # every rank probes its share of the problems
-            greedy = self._greedy(gen, self.probe_problems)
-            out = {"probe/greedy_accuracy": greedy["summary"]["accuracy"]}
-            if self.probe_wrong_at_start is None:
-                self.probe_wrong_at_start = [r["id"] for r in greedy["rows"] if not r["correct"]]
-                if self.accelerator.is_main_process:
-                    self.run.probe_wrong_at_start.write_text(json.dumps(self.probe_wrong_at_start))
-            wrong = set(self.probe_wrong_at_start)
-            hard = [p for p in self.probe_problems if p.id in wrong]
-            if hard:
-                mine = self._shard(hard)
-                params = SamplingParams(max_new_tokens=args.max_completion_length, temperature=args.temperature,
-                                        top_p=args.top_p, n=args.num_generations, seed=args.seed + self.update)
-                completions = gen.generate([solve_prompt(p.question) for p in mine], params) if mine else []
-                right = [sum(answer_correct(c.text, p, args.answer_match) for c in group)
-                         for p, group in zip(mine, completions)]
-                right = self._unshard(right, len(hard))
-                out["probe/sampled_accuracy_wrong_at_start"] = sum(right) / (len(hard) * args.num_generations)
-        return out
+    # checkpoints, the loop
 
     def save_checkpoint(self) -> Path:
         """Accelerate state (model, optimizer, scheduler, RNG of every rank) plus ours, written whole
@@ -608,7 +524,7 @@ class StepPPOTrainer:
             return None
         if resumed and self.run.before_rows.exists():
             return {"rows": [json.loads(line) for line in self.run.before_rows.read_text().splitlines()]}
-        before = self.greedy_eval(desc="greedy eval before")
+        before = self.evaluator.greedy_eval(desc="greedy eval before")
         if self.accelerator.is_main_process:
             write_jsonl(self.run.before_rows, before["rows"])
         return before
@@ -618,9 +534,9 @@ class StepPPOTrainer:
         whether the run probes at all."""
         probing = bool(self.probe_problems) and self.args.probe_every > 0
         if probing and resumed and self.run.probe_wrong_at_start.exists():
-            self.probe_wrong_at_start = json.loads(self.run.probe_wrong_at_start.read_text())
+            self.evaluator.probe_wrong_at_start = json.loads(self.run.probe_wrong_at_start.read_text())
         elif probing:
-            first = {"update": 0, **self.probe()}
+            first = {"update": 0, **self.evaluator.probe(self.update)}
             if self.accelerator.is_main_process:
                 self.run.append_metrics({**first, "elapsed": self.seconds_before})
         return probing
@@ -644,7 +560,7 @@ class StepPPOTrainer:
             last = self.update == args.max_steps or self.stopped_early is not None
             probed = probing and (self.update % args.probe_every == 0 or last)
             if probed:
-                metrics.update(self.probe())
+                metrics.update(self.evaluator.probe(self.update))
             metrics["elapsed"] = self.train_seconds()
             if self.accelerator.is_main_process and (probed or self.update % log_every == 0 or last):
                 self.run.append_metrics(metrics)
@@ -699,7 +615,7 @@ class StepPPOTrainer:
         critic = self.accelerator.unwrap_model(self.model).critic
         critic_weights = None if critic is None else D.gathered_state_dict(
             critic, self.accelerator, only_trainable=hasattr(critic, "disable_adapter"))
-        after = self.greedy_eval(desc="greedy eval after") if before is not None else None
+        after = self.evaluator.greedy_eval(desc="greedy eval after") if before is not None else None
         result: dict[str, Any] = {}
         if self.accelerator.is_main_process:
             _save_policy(self._unwrapped_policy(), self.tokenizer, self.run.policy, policy_weights)

@@ -529,15 +529,15 @@ def test_a_time_limit_stops_after_the_update_that_reaches_it_and_the_run_resumes
 
 
 def test_the_evaluation_after_training_is_not_counted_as_training(models, tmp_path, monkeypatch):
-    from rl.ppo_trainer import StepPPOTrainer
+    from rl.ppo_eval import PolicyEvaluator
 
-    evaluate = StepPPOTrainer.greedy_eval
+    evaluate = PolicyEvaluator.greedy_eval
 
     def slow_evaluation(self, *args, **kwargs):  # a second longer than the real one, before and after training
         time.sleep(1.0)
         return evaluate(self, *args, **kwargs)
 
-    monkeypatch.setattr(StepPPOTrainer, "greedy_eval", slow_evaluation)
+    monkeypatch.setattr(PolicyEvaluator, "greedy_eval", slow_evaluation)
     out = tmp_path / "clock"
     assert ppo_step.main(tiny_args(models, out, "--n_eval", "2", "--n_probe", "0", "--save_steps", "0")) == 0
     result = json.loads((out / "eval.json").read_text())
