@@ -1,25 +1,19 @@
-"""The step-level PPO trainer: rollouts, verifier rewards at step ends, GAE, clipped updates.
+"""The step-level PPO trainer: the loop, the optimisation and the collectives. One update, as `step` reads:
 
-The sampling of rollouts (and of mc_values' continuations) lives in `rl/rollouts.py`, the rewards'
-table and their placement on tokens in `rl/reward_table.py` and `rl/step_rewards.py`, the update math
-in `rl/ppo_math.py`, the typed batches the phases hand each other in `rl/batches.py`; this file is the
-loop, the optimisation and the collectives around them (accelerate, LoRA, checkpoints, logs).
+1. rollouts: `prompts_per_update` prompts and `num_generations` responses each (`rl/rollouts.py`);
+2. rewards: every reward function on every response, placed on the token that ends each step or on
+   the last token, with the format penalties (`rl/reward_table.py`, `rl/rewards.py`); with
+   `--verifier_online_update` an implicit PRM then learns from these rollouts' answer checks (PRIME);
+3. log-probabilities under the policy as it sampled and under the reference (the base with adapters
+   disabled under LoRA), the critic's values, the per-token KL;
+4. advantages: a registered estimator (`rl/ppo_math.py`, `ESTIMATORS`: GAE over the critic, a
+   leave-one-out baseline, group-normalised step rewards, or Monte Carlo values of the step
+   boundaries that `rl/rollouts.py` samples first);
+5. optimisation: `num_iterations` passes of minibatches on the clipped policy and value losses;
+6. metrics, averaged over processes. The phases hand each other typed batches (`rl/batches.py`).
 
-One update:
-
-1. each process samples `prompts_per_update` prompts and `num_generations` responses each;
-2. the verifier scores every step of every response in one batched pass; rewards go on the token
-   that ends each step (`step`), on the last token only (`outcome`: the verifier's score of the
-   whole path, `gold`: answer correctness), or both (`step+gold`); truncated responses and
-   responses without an answer get a penalty at their last token; with `--verifier_online_update`
-   an implicit PRM verifier then learns from these rollouts' answer checks (PRIME);
-3. old log-probabilities, reference log-probabilities (the base with adapters disabled under
-   LoRA) and values are computed; a per-token KL penalty joins the rewards;
-4. GAE (or a leave-one-out baseline, group-normalised step rewards, or Monte Carlo values of the
-   step boundaries, sampled from the policy) gives advantages and returns, then `num_iterations` passes
-   of minibatches minimise the clipped policy and value losses.
-
-Policy and critic are wrapped in one module so DDP and DeepSpeed see one model and one optimizer.
+Policy and critic are wrapped in one module so DDP and DeepSpeed see one model and one optimizer;
+what it is built from is `rl/ppo_prepare.py`'s, the greedy evaluation and probes `rl/ppo_eval.py`'s.
 """
 
 from __future__ import annotations
@@ -29,6 +23,7 @@ import math
 import shutil
 import sys
 import time
+from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -39,9 +34,9 @@ from torch import nn
 from reasoning.jsonl import write_jsonl
 from reasoning.steps import answer_correct, split_steps
 from reasoning.types import Problem
-from reward_models.implicit_prm import find_implicit
 from rl import distributed as D
 from rl import ppo_math as M
+from rl import ppo_prepare as P
 from rl import tracking
 from rl.batches import Advantages, LogProbs, Rollouts, StepValues
 from rl.evaluation import compare_greedy_rows
@@ -93,32 +88,6 @@ class _Clock:
         return time.time() - self.start
 
 
-def _without_dropout(*models) -> None:
-    """PPO compares log-probabilities and values of the same weights across forwards (old against
-    new, eval against train mode): dropout would make them differ by noise alone."""
-    from trl.trainer.utils import disable_dropout_in_model
-
-    for model in models:
-        if model is not None:
-            disable_dropout_in_model(model)
-
-
-def _accelerator(config: StepPPOConfig, policy):
-    """The run's Accelerator: --bf16, else the launcher's mixed precision (TrainingArguments reads it
-    from accelerate's config; the weights stay float32 either way, rl.ppo_setup._dtype); under
-    DeepSpeed its settings made from the PPO settings (rl.distributed.configure_deepspeed)."""
-    from accelerate import Accelerator
-
-    precision = "bf16" if config.bf16 else getattr(config, "mixed_precision", None) or "no"
-    accelerator = Accelerator(mixed_precision=precision, **tracking.accelerator_kwargs(config))
-    hidden = getattr(getattr(policy, "config", None), "hidden_size", None)
-    said = D.configure_deepspeed(accelerator, config.prompts_per_update * config.num_generations
-                                 // config.num_mini_batches, config.max_grad_norm, hidden)
-    if said and accelerator.is_main_process:
-        D.log(f"DeepSpeed ZeRO-{D.zero_stage(accelerator)}: " + "; ".join(said))
-    return accelerator
-
-
 class StepPPOTrainer:
     """Step-level PPO on `train_problems`. The rewards are `config.reward`'s (and the format
     penalties), plus `reward_funcs` (callables in TRL's `reward_funcs` shape, `rl.rewards`; per-step
@@ -134,14 +103,14 @@ class StepPPOTrainer:
         self.args = config  # checked when it was made (StepPPOConfig.validate)
         self.hooks = hooks
         if config.disable_dropout:
-            _without_dropout(policy, critic, ref_policy)
-        self.accelerator = _accelerator(config, policy)
+            P.without_dropout(policy, critic, ref_policy)
+        self.accelerator = P.make_accelerator(config, policy)
         set_seed(config.seed)
         self.tokenizer = tokenizer
         if tokenizer.pad_token_id is None:
             raise ValueError("the policy tokenizer needs a pad token")
         self.verifier = verifier
-        self.online_prms = online_prms(config, verifier)
+        self.online_prms = P.online_prms(config, verifier)
         self.reward_funcs: list[WeightedReward] = build_reward_funcs(config, verifier, reward_funcs or (),
                                                                      reward_weights)
         """Every reward of the run (`rl.rewards`): --reward's, the format penalties, then the user's."""
@@ -156,14 +125,14 @@ class StepPPOTrainer:
         """Problems of each prompt set left out before the run because their prompt does not fit the
         context (`rl.ppo_setup.check_prompt_sets`); reported in eval.json."""
         self.is_peft = hasattr(policy, "disable_adapter")
-        ref_policy = self._frozen_reference(policy, ref_policy)
-        critic = _kept_critic(config, critic)
+        ref_policy = P.frozen_reference(policy, ref_policy, self.accelerator, self.is_peft)
+        critic = P.kept_critic(config, critic)
         self.model = PolicyAndCritic(policy, critic)
         D.match_trainable_dtype(self.model, self.accelerator)  # DeepSpeed flattens them into one buffer
-        self.optimizer, self.scheduler = self._optimizer_and_schedule(policy, critic)
+        self.optimizer, self.scheduler = P.optimizer_and_schedule(config, policy, critic, self.accelerator)
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(self.model, self.optimizer,
                                                                               self.scheduler)
-        self.ref_policy = None if ref_policy is None else self._placed_reference(ref_policy)
+        self.ref_policy = None if ref_policy is None else P.placed_reference(ref_policy, self.accelerator)
         self.kl_ctl = (M.AdaptiveKLController(config.beta, config.kl_target, config.kl_horizon) if config.adaptive_kl
                        else M.FixedKLController(config.beta))
         self.update = 0
@@ -183,47 +152,6 @@ class StepPPOTrainer:
         """Greedy evaluation and the probes (`rl.ppo_eval`)."""
         if self.accelerator.is_main_process:
             self.out.mkdir(parents=True, exist_ok=True)
-
-    def _frozen_reference(self, policy, ref_policy):
-        """The KL reference, frozen: the one given, else (not under LoRA, whose reference is the base
-        with its adapters disabled) a copy of the policy, which ZeRO-3's partitioned weights forbid."""
-        if ref_policy is not None:
-            return ref_policy.requires_grad_(False).eval()
-        if self.is_peft:
-            return None
-        if D.zero_stage(self.accelerator) == 3:
-            raise ValueError("under ZeRO-3 the policy's weights are partitioned: pass a reference policy loaded "
-                             "from its weights (rl.ppo_setup.load_reference), not a copy of the partitioned model")
-        import copy
-
-        return copy.deepcopy(policy).requires_grad_(False).eval()
-
-    def _placed_reference(self, ref_policy):
-        """The reference on this process's device, or in a DeepSpeed inference engine under DeepSpeed."""
-        if self.accelerator.state.deepspeed_plugin is not None:
-            from trl.models.utils import prepare_deepspeed
-
-            return prepare_deepspeed(ref_policy, self.accelerator)
-        return ref_policy.to(self.accelerator.device).eval()
-
-    def _optimizer_and_schedule(self, policy, critic):
-        """AdamW over the trainable weights (the critic at its own learning rate) and the learning
-        rate schedule over the whole run's optimizer steps."""
-        from transformers import get_scheduler
-
-        config = self.args
-        params = [{"params": [p for p in policy.parameters() if p.requires_grad], "lr": config.learning_rate}]
-        if critic is not None:
-            params.append({"params": [p for p in critic.parameters() if p.requires_grad],
-                           "lr": config.critic_learning_rate or config.learning_rate})
-        optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay,
-                                      eps=config.adam_epsilon, betas=(config.adam_beta1, config.adam_beta2))
-        total_steps = scheduler_steps(config, self.accelerator.num_processes,
-                                      deepspeed=self.accelerator.state.deepspeed_plugin is not None)
-        warmup = config.get_warmup_steps(total_steps) if hasattr(config, "get_warmup_steps") else 0
-        scheduler = get_scheduler(config.lr_scheduler_type, optimizer, num_warmup_steps=warmup,
-                                  num_training_steps=total_steps)
-        return optimizer, scheduler
 
     def _unwrapped_policy(self):
         return self.accelerator.unwrap_model(self.model).policy
@@ -329,7 +257,7 @@ class StepPPOTrainer:
         warming_up = M.ESTIMATORS[args.advantage_estimator].uses_critic and update < args.critic_warmup_updates
         policy_coef = 0.0 if warming_up else 1.0
         self.model.train()
-        stats: dict[str, list[float]] = {}
+        stats: dict[str, list[float]] = defaultdict(list)  # every minibatch's value of each
         mb_size = n // args.num_mini_batches
         gen = torch.Generator().manual_seed(args.seed * 7919 + update)
         for _ in range(args.num_iterations):
@@ -351,12 +279,12 @@ class StepPPOTrainer:
         if estimator.kl_in_loss and self.kl_ctl.value:
             kl_loss = M.masked_mean(M.per_token_kl(logprobs, logps.ref[mb], "k3"), m)
             loss = loss + self.kl_ctl.value * kl_loss
-            _add(stats, "loss/kl", kl_loss.item())
+            stats["loss/kl"].append(kl_loss.item())
         if values is not None:
             vf_loss, vf_stats = M.value_loss(values, adv.values[mb], adv.returns[mb], m, args.cliprange_value)
             loss = loss + args.vf_coef * vf_loss
-            _add(stats, "loss/value", vf_loss.item())
-            _add(stats, "value/clipfrac", float(vf_stats["vf_clipfrac"]))
+            stats["loss/value"].append(vf_loss.item())
+            stats["value/clipfrac"].append(float(vf_stats["vf_clipfrac"]))
         if not self._all_ranks(bool(torch.isfinite(loss).item())):
             self.skipped_batches += 1
             self.optimizer.zero_grad()
@@ -370,10 +298,10 @@ class StepPPOTrainer:
         with torch.no_grad():
             entropy = M.masked_mean(token_entropy if token_entropy is not None
                                     else M.entropy_from_logits(logits), batch.response_mask[mb]).item()
-        _add(stats, "loss/policy", pg_loss.item())
-        _add(stats, "policy/entropy", entropy)
-        _add(stats, "policy/clipfrac", float(pg_stats["clipfrac"]))
-        _add(stats, "policy/approx_kl", float(pg_stats["approx_kl"]))
+        stats["loss/policy"].append(pg_loss.item())
+        stats["policy/entropy"].append(entropy)
+        stats["policy/clipfrac"].append(float(pg_stats["clipfrac"]))
+        stats["policy/approx_kl"].append(float(pg_stats["approx_kl"]))
 
     def _online_verifier_update(self, batch: Rollouts) -> dict[str, float]:
         """--verifier_online_update: optimiser steps of each implicit PRM on this update's rollouts
@@ -651,38 +579,7 @@ class StepPPOTrainer:
 
 
 # ----------------------------------------------------------------------------------------------
-# helpers of the plumbing
-
-
-def _kept_critic(config: StepPPOConfig, critic):
-    """The critic, kept only by an estimator that uses one: for the critic-free ones a critic would
-    only cost a model's memory, its forwards and a saved copy (a whole second 7B model on the GPU
-    recipes), so none is kept."""
-    if not M.ESTIMATORS[config.advantage_estimator].uses_critic:
-        return None
-    if critic is None:
-        raise ValueError(f"--advantage_estimator {config.advantage_estimator} needs a critic")
-    return critic
-
-
-def online_prms(config: StepPPOConfig, verifier) -> list:
-    """The implicit PRMs that --verifier_online_update trains ([] without the flag)."""
-    if not config.verifier_online_update:
-        return []
-
-    found = find_implicit(verifier)
-    if not found:
-        raise ValueError("--verifier_online_update needs an implicit PRM verifier (--verifier implicit:PATH)")
-    return found
-
-
-def scheduler_steps(config: StepPPOConfig, num_processes: int, deepspeed: bool = False) -> int:
-    """Scheduler steps of a whole run. accelerate's prepared scheduler advances `num_processes`
-    times per optimizer step (it assumes the batch grew with the processes), so the schedule's
-    length is the optimizer steps times the processes, or a linear schedule would end early; under
-    DeepSpeed the engine steps the scheduler itself, once per optimizer step."""
-    steps = config.max_steps * config.num_iterations * config.num_mini_batches
-    return steps if deepspeed else steps * max(1, num_processes)
+# helpers of the loop
 
 
 def every_n_updates(steps: float, total: int) -> int:
@@ -691,10 +588,6 @@ def every_n_updates(steps: float, total: int) -> int:
     if steps <= 0:
         return 1
     return max(1, math.ceil(steps * total)) if steps < 1 else int(steps)
-
-
-def _add(stats: dict[str, list[float]], key: str, value: float) -> None:
-    stats.setdefault(key, []).append(value)
 
 
 def _save_policy(policy, tokenizer, path: Path, state_dict: dict[str, torch.Tensor] | None = None) -> None:

@@ -733,7 +733,7 @@ def test_seed_decides_every_initial_weight(models, tmp_path):
 
 
 def test_schedule_counts_every_process():
-    from rl.ppo_trainer import scheduler_steps
+    from rl.ppo_prepare import scheduler_steps
 
     args = StepPPOConfig(output_dir="x", max_steps=10, num_iterations=2, num_mini_batches=4, report_to="none")
     assert scheduler_steps(args, 1) == 80
