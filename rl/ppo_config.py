@@ -395,7 +395,7 @@ class StepPPOConfig(TrainingArguments):
         choose("reward_shaping", self.reward_shaping, (*SHAPING_MODES, AUTO))
         choose("answer_match", self.answer_match, ANSWER_MATCHES)
         choose("outcome_aggregation", self.outcome_aggregation, AGGREGATIONS)
-        choose("advantage_estimator", self.advantage_estimator, ADVANTAGE_ESTIMATORS)
+        choose("advantage_estimator", self.advantage_estimator, tuple(ESTIMATORS))  # registered ones too
         choose("step_credit", self.step_credit, (*STEP_CREDITS, AUTO))
         choose("scale_rewards", self.scale_rewards, REWARD_SCALES)
         choose("kl_estimator", self.kl_estimator, KL_ESTIMATORS)

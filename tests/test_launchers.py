@@ -374,7 +374,7 @@ def test_deepspeed_takes_its_batch_and_clipping_from_the_ppo_settings():
 
 def test_under_deepspeed_the_schedule_counts_the_engines_own_steps():
     from rl.ppo_config import StepPPOConfig
-    from rl.ppo_trainer import scheduler_steps
+    from rl.ppo_prepare import scheduler_steps
 
     args = StepPPOConfig(output_dir="/tmp/x", max_steps=10, num_iterations=2, num_mini_batches=4, report_to="none")
     assert scheduler_steps(args, 2) == 10 * 2 * 4 * 2  # accelerate's scheduler steps once per process

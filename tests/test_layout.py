@@ -231,6 +231,17 @@ def test_the_trainer_reads_as_its_phases_and_the_settings_keep_their_size():
     assert len((ROOT / "rl" / "ppo_config.py").read_text().splitlines()) <= 450
 
 
+@pytest.mark.parametrize("name", ["rollouts.py", "batches.py", "reward_table.py", "ppo_eval.py", "ppo_prepare.py"])
+def test_the_trainers_parts_keep_short_functions(name):
+    """The modules the PPO trainer hands its phases to (the sampling of rollouts, the typed batches,
+    the reward placement, the greedy evaluation and probes, its set-up) keep the trainer's rule: no
+    function over 60 lines."""
+    tree = ast.parse((ROOT / "rl" / name).read_text())
+    long = [(node.name, node.end_lineno - node.lineno + 1) for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60]
+    assert not long, f"functions of rl/{name} over 60 lines: {long}"
+
+
 def test_inside_the_edge_no_earlier_setting_name_is_read():
     """Earlier setting names (rl/setting_names.py) are translated where settings enter; no module
     past that edge reads one as an attribute or a key."""

@@ -64,7 +64,8 @@ def make_trainer(policy_dir, tmp_path, **overrides):
 
 def batch_of(tok, problems, texts):
     """A Rollouts batch whose responses are exactly `texts`, each closed by an EOS."""
-    from rl.ppo_trainer import Rollouts, response_tensors
+    from rl.batches import Rollouts
+    from rl.rollouts import response_tensors
 
     tok.padding_side = "left"
     enc = tok([solve_prompt(p.question) for p in problems], return_tensors="pt", padding=True, add_special_tokens=False)
@@ -106,9 +107,10 @@ def test_boundary_values_are_the_mean_reward_of_their_continuations(policy_dir, 
             out.append(tok(piece, add_special_tokens=False)["input_ids"] + ([] if piece == "<Step> So" else [eos]))
         return out
 
-    trainer._sample_continuations = fake_continuations
+    trainer.sampler.sample_continuations = fake_continuations
     rewards, _ = trainer.rewards(batch)
-    values, steps, stats = trainer.mc_step_values(batch, rewards)
+    got = trainer.sampler.mc_step_values(batch, rewards, trainer.rewards)
+    values, steps, stats = got.values, got.token_steps, got.stats
     # V(s_0) of each sample: the other sample's reward; the last value: its own reward
     close_rows = [[0.0, 0.75, 0.375, 1.0], [1.0, 0.0]]
     for row, want in zip(values.tolist(), close_rows):
@@ -140,7 +142,7 @@ def test_continuations_come_from_the_prefix_within_their_budget(policy_dir, tmp_
     prompt = tok(solve_prompt(train[0].question), add_special_tokens=False)["input_ids"]
     head = tok("<Step> Ava has 3 + 4 = 7 apples.</Step>", add_special_tokens=False)["input_ids"]
     torch.manual_seed(0)
-    out = trainer._sample_continuations([prompt + head, prompt, prompt + head], [3, 40, 1])
+    out = trainer.sampler.sample_continuations([prompt + head, prompt, prompt + head], [3, 40, 1])
     assert len(out[0]) <= 3 and len(out[2]) <= 1 and 1 <= len(out[1]) <= 40
 
 

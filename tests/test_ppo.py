@@ -85,7 +85,7 @@ def make_trainer(models, tmp_path, verifier, reward_funcs=None, reward_weights=N
 
 def rollouts_from_texts(trainer, tok, problems, texts, eos=True):
     """A Rollouts batch whose responses are exactly `texts` (tokenised by the policy's tokenizer)."""
-    from rl.ppo_trainer import Rollouts
+    from rl.batches import Rollouts
 
     tok.padding_side = "left"
     enc = tok([solve_prompt(p.question) for p in problems], return_tensors="pt", padding=True, add_special_tokens=False)
@@ -529,15 +529,15 @@ def test_a_time_limit_stops_after_the_update_that_reaches_it_and_the_run_resumes
 
 
 def test_the_evaluation_after_training_is_not_counted_as_training(models, tmp_path, monkeypatch):
-    from rl.ppo_trainer import StepPPOTrainer
+    from rl.ppo_eval import PolicyEvaluator
 
-    evaluate = StepPPOTrainer.greedy_eval
+    evaluate = PolicyEvaluator.greedy_eval
 
     def slow_evaluation(self, *args, **kwargs):  # a second longer than the real one, before and after training
         time.sleep(1.0)
         return evaluate(self, *args, **kwargs)
 
-    monkeypatch.setattr(StepPPOTrainer, "greedy_eval", slow_evaluation)
+    monkeypatch.setattr(PolicyEvaluator, "greedy_eval", slow_evaluation)
     out = tmp_path / "clock"
     assert ppo_step.main(tiny_args(models, out, "--n_eval", "2", "--n_probe", "0", "--save_steps", "0")) == 0
     result = json.loads((out / "eval.json").read_text())
@@ -733,7 +733,7 @@ def test_seed_decides_every_initial_weight(models, tmp_path):
 
 
 def test_schedule_counts_every_process():
-    from rl.ppo_trainer import scheduler_steps
+    from rl.ppo_prepare import scheduler_steps
 
     args = StepPPOConfig(output_dir="x", max_steps=10, num_iterations=2, num_mini_batches=4, report_to="none")
     assert scheduler_steps(args, 1) == 80

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -618,9 +619,35 @@ def test_step_value_advantages_by_hand():
 def test_rloo_estimator_is_the_return_against_the_leave_one_out_mean():
     rewards = torch.tensor([[0.0, 1.0], [0.0, 3.0], [2.0, 0.0], [0.0, 0.0]])
     mask = torch.tensor([[1, 1], [1, 1], [1, 0], [1, 1]])
-    out = ppo_math.ESTIMATORS["rloo"].estimate(rewards, None, None, mask, gamma=1.0, lam=1.0, group_size=2,
-                                                credit="return", step_values=None)
+    settings = SimpleNamespace(gamma=1.0, num_generations=2)  # the fields of StepPPOConfig that rloo reads
+    out = ppo_math.ESTIMATORS["rloo"].estimate(ppo_math.AdvantageBatch(rewards, mask), settings)
     # returns-to-go from the first token: 1, 3 | 2, 0; baselines: the other sample's
     assert out.advantages.tolist() == [[-2.0, -2.0], [2.0, 2.0], [2.0, 0.0], [-2.0, -2.0]]
     assert out.returns.tolist() == [[1.0, 1.0], [3.0, 3.0], [2.0, 0.0], [0.0, 0.0]]
     assert not out.values.any() and out.flat_rows is None
+
+
+def test_an_estimator_is_one_registered_function_whose_flags_the_settings_read(tmp_path):
+    """A new estimator is one function of (batch, settings) registered with its capability flags;
+    the settings' checks read those flags from the registry, and a name is registered once."""
+    from rl.ppo_config import StepPPOConfig
+
+    @ppo_math.register_estimator("test_zero", groups=True, kl_in_loss=True)
+    def zero(batch, cfg):
+        return ppo_math.Advantages(torch.zeros_like(batch.rewards), batch.rewards, torch.zeros_like(batch.rewards))
+
+    try:
+        estimator = ppo_math.ESTIMATORS["test_zero"]
+        assert estimator.estimate is zero and estimator.groups and not estimator.uses_critic
+        rewards = torch.ones(2, 3)
+        assert not estimator.estimate(ppo_math.AdvantageBatch(rewards, torch.ones(2, 3)), None).advantages.any()
+        with pytest.raises(ValueError, match="registered twice"):
+            ppo_math.register_estimator("test_zero")(zero)
+        StepPPOConfig(output_dir=str(tmp_path / "a"), advantage_estimator="test_zero", num_generations=2)
+        with pytest.raises(ValueError, match="test_zero needs --num_generations >= 2"):  # its `groups` flag
+            StepPPOConfig(output_dir=str(tmp_path / "b"), advantage_estimator="test_zero", num_generations=1)
+        with pytest.raises(ValueError, match="--drop_flat_groups needs"):  # no `drops_flat_groups` flag
+            StepPPOConfig(output_dir=str(tmp_path / "c"), advantage_estimator="test_zero", drop_flat_groups=True)
+    finally:
+        ppo_math.ESTIMATORS.pop("test_zero", None)
+    assert tuple(ppo_math.ESTIMATORS) == ("gae", "rloo", "group", "mc_values")

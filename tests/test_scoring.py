@@ -75,7 +75,7 @@ def test_every_caller_reports_the_unscorable_count(tmp_path):
     for reward in (VerifierStepReward(LengthLimited()), VerifierOutcomeReward(LengthLimited())):
         out = reward(prompts=[""] * 3, completions=[""] * 3, question=["q"] * 3, steps=paths)
         assert out[1] is None and out[2] is None and out[0] is not None
-        assert reward.last_unscorable == 2
+        assert out.unscorable == 2 and out.scores[1] is None and out.scores[0] is not None
 
     tracker = Tracker(generator=None, verifier=LengthLimited(), n_problems=3)
     tokens: list[int] = []

