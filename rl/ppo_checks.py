@@ -85,3 +85,39 @@ def check_length_drift(config) -> None:
         raise ValueError(f"--length_drift_threshold must be > 0, got {config.length_drift_threshold}")
     if config.length_drift_updates < 1:
         raise ValueError(f"--length_drift_updates must be >= 1, got {config.length_drift_updates}")
+
+
+def check_ranges(config) -> None:
+    """ValueError for a count under 1 (or 0 where 0 means none), a temperature or time limit not
+    above 0, or a discount outside [0, 1]."""
+    for name in ("max_steps", "prompts_per_update", "num_generations", "max_completion_length", "num_iterations",
+                 "num_mini_batches", "n_prompts", "generation_batch_size"):
+        if getattr(config, name) < 1:
+            raise ValueError(f"--{name} must be >= 1, got {getattr(config, name)}")
+    for name in ("n_probe", "probe_every"):
+        if getattr(config, name) < 0:
+            raise ValueError(f"--{name} must be >= 0, got {getattr(config, name)}")
+    for name in ("temperature", "max_train_seconds"):  # max_train_seconds None: no limit
+        if getattr(config, name) is not None and not getattr(config, name) > 0:
+            raise ValueError(f"--{name} must be > 0, got {getattr(config, name)}")
+    if not 0 <= config.gamma <= 1 or not 0 <= config.lam <= 1:
+        raise ValueError("--gamma and --lam must be in [0, 1]")
+
+
+def check_estimator_settings(config) -> None:
+    """What the chosen estimator's registered flags allow: groups need two samples or more, reward
+    scales and dropped flat groups need the group estimator's, and Monte Carlo values their own settings."""
+    from rl.ppo_math import ESTIMATORS, REWARD_SCALES
+
+    estimator = ESTIMATORS[config.advantage_estimator]
+    if estimator.groups and config.num_generations < 2:
+        raise ValueError(f"--advantage_estimator {config.advantage_estimator} needs --num_generations >= 2")
+    # REWARD_SCALES[0], GRPO's per-group scale, is the default and what every estimator computes with
+    if config.scale_rewards != REWARD_SCALES[0] and not estimator.scales_rewards:
+        raise ValueError(f"--scale_rewards {config.scale_rewards} needs --advantage_estimator group (it scales "
+                         f"group-centred rewards); got {config.advantage_estimator!r}")
+    if config.drop_flat_groups and not estimator.drops_flat_groups:
+        raise ValueError("--drop_flat_groups needs --advantage_estimator group (it drops the prompts whose "
+                         f"samples all got the same rewards); got {config.advantage_estimator!r}")
+    if estimator.monte_carlo:
+        check_mc_values(config)

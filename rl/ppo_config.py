@@ -14,9 +14,10 @@ from reward_models.verifier import AGGREGATIONS
 from rl.distributed import deepspeed_launch, has_gpu
 from rl.ppo_checks import (
     AUTO,
+    check_estimator_settings,
     check_length_drift,
-    check_mc_values,
     check_online_update,
+    check_ranges,
     resolve_credit_form,
     resolve_eval_dataset,
 )
@@ -400,35 +401,14 @@ class StepPPOConfig(TrainingArguments):
         choose("scale_rewards", self.scale_rewards, REWARD_SCALES)
         choose("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
         choose("critic_init", self.critic_init, ("verifier", "policy"))
-        for name in ("max_steps", "prompts_per_update", "num_generations", "max_completion_length", "num_iterations",
-                     "num_mini_batches", "n_prompts", "generation_batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("n_probe", "probe_every"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("temperature", "max_train_seconds"):  # max_train_seconds None: no limit
-            if getattr(self, name) is not None and not getattr(self, name) > 0:
-                raise ValueError(f"--{name} must be > 0, got {getattr(self, name)}")
-        if not 0 <= self.gamma <= 1 or not 0 <= self.lam <= 1:
-            raise ValueError("--gamma and --lam must be in [0, 1]")
-        if ESTIMATORS[self.advantage_estimator].groups and self.num_generations < 2:
-            raise ValueError(f"--advantage_estimator {self.advantage_estimator} needs --num_generations >= 2")
+        check_ranges(self)
         batch = self.prompts_per_update * self.num_generations
         if batch % self.num_mini_batches:
             raise ValueError(f"prompts_per_update * num_generations ({batch}) must be divisible by "
                              f"num_mini_batches ({self.num_mini_batches})")
         if self.beta < 0:
             raise ValueError(f"--beta must be >= 0, got {self.beta}")
-        # REWARD_SCALES[0], GRPO's per-group scale, is the default and what every estimator computes with
-        if self.scale_rewards != REWARD_SCALES[0] and not ESTIMATORS[self.advantage_estimator].scales_rewards:
-            raise ValueError(f"--scale_rewards {self.scale_rewards} needs --advantage_estimator group (it scales "
-                             f"group-centred rewards); got {self.advantage_estimator!r}")
-        if self.drop_flat_groups and not ESTIMATORS[self.advantage_estimator].drops_flat_groups:
-            raise ValueError("--drop_flat_groups needs --advantage_estimator group (it drops the prompts whose "
-                             f"samples all got the same rewards); got {self.advantage_estimator!r}")
-        if ESTIMATORS[self.advantage_estimator].monte_carlo:
-            check_mc_values(self)
+        check_estimator_settings(self)
         if self.entropy_coef < 0:
             raise ValueError(f"--entropy_coef must be >= 0, got {self.entropy_coef}")
         if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs or []):

@@ -317,15 +317,7 @@ def group_step_advantages(
     those groups, which DAPO leaves out of the batch: they carry no signal, and inside a token mean
     they only dilute it).
     """
-    if rewards.shape != reward_mask.shape or rewards.shape != mask.shape:
-        raise ValueError(f"rewards {tuple(rewards.shape)}, reward_mask {tuple(reward_mask.shape)} and mask "
-                         f"{tuple(mask.shape)} must have one shape")
-    if group_size < 1 or rewards.shape[0] % group_size:
-        raise ValueError(f"the batch of {rewards.shape[0]} rows is not made of groups of {group_size}")
-    if credit not in STEP_CREDITS:
-        raise ValueError(f"credit must be one of {', '.join(STEP_CREDITS)}; got {credit!r}")
-    if scale not in REWARD_SCALES:
-        raise ValueError(f"scale must be one of {', '.join(REWARD_SCALES)}; got {scale!r}")
+    _check_group_inputs(rewards, reward_mask, mask, group_size, credit, scale)
     mask = _as_float_mask(mask, rewards.float())
     marked = (reward_mask != 0) & (mask != 0)
     rewards = torch.where(marked, rewards.float(), torch.zeros_like(rewards, dtype=torch.float32))
@@ -345,18 +337,36 @@ def group_step_advantages(
     else:
         divisor = torch.ones_like(std)
     normalised = torch.where(flat[:, None], torch.zeros_like(g), (g - mean) / divisor) * m
-    normalised = normalised.view(b, t)
+    advantages = _credited(normalised.view(b, t), marked, mask, credit)
+    return advantages, {"flat_groups": flat.float().mean().item(), "flat_rows": flat.repeat_interleave(group_size)}
+
+
+def _check_group_inputs(rewards: torch.Tensor, reward_mask: torch.Tensor, mask: torch.Tensor, group_size: int,
+                        credit: str, scale: str) -> None:
+    if rewards.shape != reward_mask.shape or rewards.shape != mask.shape:
+        raise ValueError(f"rewards {tuple(rewards.shape)}, reward_mask {tuple(reward_mask.shape)} and mask "
+                         f"{tuple(mask.shape)} must have one shape")
+    if group_size < 1 or rewards.shape[0] % group_size:
+        raise ValueError(f"the batch of {rewards.shape[0]} rows is not made of groups of {group_size}")
+    if credit not in STEP_CREDITS:
+        raise ValueError(f"credit must be one of {', '.join(STEP_CREDITS)}; got {credit!r}")
+    if scale not in REWARD_SCALES:
+        raise ValueError(f"scale must be one of {', '.join(REWARD_SCALES)}; got {scale!r}")
+
+
+def _credited(normalised: torch.Tensor, marked: torch.Tensor, mask: torch.Tensor, credit: str) -> torch.Tensor:
+    """Each token's advantage from the normalised rewards at the marked tokens: the sum of those at or
+    after it (`return`), or the first one at or after it, its own step's (`own`); 0 at padding."""
+    b, t = normalised.shape
     if credit == "own":
         # A_t = r̃ at the first marked position t' >= t: a reversed cumulative min of marked indices
-        positions = torch.arange(t, device=rewards.device).expand(b, t)
+        positions = torch.arange(t, device=normalised.device).expand(b, t)
         marks = torch.where(marked, positions, torch.full_like(positions, t))
         following = torch.flip(torch.cummin(torch.flip(marks, [1]), 1).values, [1])
         padded = torch.cat([normalised, torch.zeros_like(normalised[:, :1])], 1)
-        advantages = padded.gather(1, following) * mask
-    else:
-        # A_t = Σ_{t' >= t} r̃_t': a reversed cumulative sum
-        advantages = torch.flip(torch.cumsum(torch.flip(normalised, [1]), 1), [1]) * mask
-    return advantages, {"flat_groups": flat.float().mean().item(), "flat_rows": flat.repeat_interleave(group_size)}
+        return padded.gather(1, following) * mask
+    # A_t = Σ_{t' >= t} r̃_t': a reversed cumulative sum
+    return torch.flip(torch.cumsum(torch.flip(normalised, [1]), 1), [1]) * mask
 
 
 def token_steps_from_ends(step_ends: list[list[int]], width: int) -> torch.Tensor:

@@ -26,67 +26,27 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 def main(argv: list[str] | None = None) -> int:
     import json
 
-    from rl.build_defaults import ensure_default_models
-    from rl.ppo_cli import parse_config
-    from rl.ppo_config import ConfigError
-    from rl.ppo_setup import (
-        check_inputs,
-        check_prompt_sets,
-        check_question_sets,
-        describe_problem_sets,
-        load_critic,
-        load_policy,
-        load_probe_problems,
-        load_reference,
-        load_run_problems,
-        load_verifier_for,
-        log,
-    )
-    from rl.ppo_trainer import StepPPOTrainer
-    from rl.rewards import REWARDS
-    from rl.setting_names import Deprecations
-
-    try:  # every flag, recipe, path, data and OUTPUT_DIR error before the first model loads
-        notes = Deprecations()  # printed once the inputs are checked too
-        args = parse_config(argv, notes)
-        check_inputs(args)
-        train_set, eval_set = load_run_problems(args)
-        check_question_sets(args, {"train": train_set.problems, "eval": [] if eval_set is None else eval_set.problems})
-    except ConfigError as err:  # in the names the user wrote, earlier names included
-        print(f"error: {notes.in_users_words(str(err))}", file=sys.stderr)
-        return 2
-    notes.print()
     from rl.distributed import distributed_state
 
+    checked = _checked_settings(argv)
+    if checked is None:
+        return 2
+    args, train_set, eval_set = checked
     state = distributed_state()
     import torch
 
-    from reasoning.problem_sets import is_world_name
     from reasoning.threads import available_cores
-    from reasoning.world import world_config_of
 
     torch.set_num_threads(args.num_threads or max(1, available_cores() // state.num_processes))
-    uses_world = is_world_name(args.dataset) or is_world_name(args.eval_dataset)
-    world_checked = world_config_of(args.model_name_or_path) if uses_world else None
-    ensure_default_models(args, state.is_main_process)  # the no-argument run's models, when absent
-    state.wait_for_everyone()
-    if uses_world and world_config_of(args.model_name_or_path) != world_checked:
-        # the policy was just built: its world (world_config.json) is what the prompts come from,
-        # not the default world they were checked in before it existed
-        train_set, eval_set = load_run_problems(args)
-    train, train_rows = train_set.problems, train_set.world_rows
-    evaluation = [] if eval_set is None else eval_set.problems
-    probe = load_probe_problems(args, train)
-    try:  # empty questions refused, prompts beyond the context left out and counted
-        sets, prompt_too_long = check_prompt_sets(args, {"train": train, "eval": evaluation, "probe": probe})
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
+    sets = _problem_sets(args, state, train_set, eval_set)
+    if sets is None:
         return 2
-    train, evaluation, probe = sets["train"], sets["eval"], sets["probe"]
-    if state.is_main_process:  # what the run trains on and what its reported change is measured on
-        for line in describe_problem_sets(args, train, evaluation):
-            log(line)
+    train, train_rows, evaluation, probe, prompt_too_long = sets
     from transformers import set_seed
+
+    from rl.ppo_setup import load_critic, load_policy, load_reference, load_verifier_for
+    from rl.ppo_trainer import StepPPOTrainer
+    from rl.rewards import REWARDS
 
     set_seed(args.seed)  # before any weight is made: LoRA matrices and a new value head come from it
     policy, tokenizer = load_policy(args)
@@ -102,6 +62,61 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({k: v for k, v in result.items() if not isinstance(v, dict)}))
         print(wrote_line(args.output_dir))
     return 0
+
+
+def _checked_settings(argv: list[str] | None):
+    """(settings, training set, evaluation set), every flag, recipe, path, data and OUTPUT_DIR error
+    said in one line before the first model loads (None then), in the names the user wrote; the
+    deprecation lines printed once the inputs are checked too."""
+    from rl.ppo_cli import parse_config
+    from rl.ppo_config import ConfigError
+    from rl.ppo_setup import check_inputs, check_question_sets, load_run_problems
+    from rl.setting_names import Deprecations
+
+    notes = Deprecations()
+    try:
+        args = parse_config(argv, notes)
+        check_inputs(args)
+        train_set, eval_set = load_run_problems(args)
+        check_question_sets(args, {"train": train_set.problems, "eval": [] if eval_set is None else eval_set.problems})
+    except ConfigError as err:
+        print(f"error: {notes.in_users_words(str(err))}", file=sys.stderr)
+        return None
+    notes.print()
+    return args, train_set, eval_set
+
+
+def _problem_sets(args, state, train_set, eval_set):
+    """The training, evaluation and probe problems, after the no-argument run's models are built
+    (their world is the prompts' world); empty questions refused (None, said in one line), prompts
+    beyond the context left out and counted. Returns (train, train_rows, evaluation, probe,
+    prompt_too_long)."""
+    from reasoning.problem_sets import is_world_name
+    from reasoning.world import world_config_of
+    from rl.build_defaults import ensure_default_models
+    from rl.ppo_config import ConfigError
+    from rl.ppo_setup import check_prompt_sets, describe_problem_sets, load_probe_problems, load_run_problems, log
+
+    uses_world = is_world_name(args.dataset) or is_world_name(args.eval_dataset)
+    world_checked = world_config_of(args.model_name_or_path) if uses_world else None
+    ensure_default_models(args, state.is_main_process)  # the no-argument run's models, when absent
+    state.wait_for_everyone()
+    if uses_world and world_config_of(args.model_name_or_path) != world_checked:
+        # the policy was just built: its world (world_config.json) is what the prompts come from,
+        # not the default world they were checked in before it existed
+        train_set, eval_set = load_run_problems(args)
+    train, train_rows = train_set.problems, train_set.world_rows
+    evaluation = [] if eval_set is None else eval_set.problems
+    probe = load_probe_problems(args, train)
+    try:
+        sets, prompt_too_long = check_prompt_sets(args, {"train": train, "eval": evaluation, "probe": probe})
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return None
+    if state.is_main_process:  # what the run trains on and what its reported change is measured on
+        for line in describe_problem_sets(args, sets["train"], sets["eval"]):
+            log(line)
+    return sets["train"], train_rows, sets["eval"], sets["probe"], prompt_too_long
 
 
 def wrote_line(output_dir: str | None) -> str:
