@@ -74,7 +74,7 @@ CODE = {
     "psv": ("reward_models/annotate", "reward_models/train.py", "reward_models/psv.py"),
     "ppo": ("rl/ppo_config.py", "rl/ppo_checks.py", "rl/ppo_setup.py", "rl/ppo_step.py", "rl/ppo_trainer.py",
             "rl/rollouts.py", "rl/batches.py", "rl/ppo_eval.py", "rl/ppo_math.py", "rl/step_rewards.py",
-            "rl/reward_table.py", "rl/ppo_prepare.py", "rl/rewards.py", "rl/length_drift.py"),
+            "rl/reward_table.py", "rl/ppo_prepare.py", "rl/rewards.py", "rl/length_drift.py", "rl/online_prm.py"),
 }
 """The source files that decide what each kind of artefact becomes (their defaults included); a
 folder stands for its Python files."""

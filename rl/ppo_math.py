@@ -525,6 +525,8 @@ def rloo_estimate(batch: AdvantageBatch, cfg: Any) -> Advantages:
                     scales_rewards=True)
 def group_estimate(batch: AdvantageBatch, cfg: Any) -> Advantages:
     """Group-normalised step rewards (cfg.step_credit, cfg.scale_rewards): `group_step_advantages`."""
+    if batch.reward_mask is None:
+        raise ValueError("the group estimator needs the reward mask (where each reward was placed)")
     advantages, group_stats = group_step_advantages(batch.rewards, batch.reward_mask, batch.mask, cfg.num_generations,
                                                     credit=cfg.step_credit, scale=cfg.scale_rewards)
     zeros = torch.zeros_like(advantages)

@@ -32,7 +32,6 @@ import torch
 from torch import nn
 
 from reasoning.jsonl import write_jsonl
-from reasoning.steps import answer_correct, split_steps
 from reasoning.types import Problem
 from rl import distributed as D
 from rl import ppo_math as M
@@ -42,6 +41,7 @@ from rl.batches import Advantages, LogProbs, Rollouts, StepValues
 from rl.evaluation import compare_greedy_rows
 from rl.hub import push_folder
 from rl.length_drift import LengthDriftGuard
+from rl.online_prm import online_update
 from rl.ppo_config import StepPPOConfig
 from rl.ppo_eval import PolicyEvaluator
 from rl.problem_hooks import WORLD_HOOKS, ProblemHooks
@@ -143,6 +143,7 @@ class StepPPOTrainer:
         self.stopped_early: str | None = None
         """Why this launch stopped before --max_steps: 'max_train_seconds' or 'length_drift'."""
         self.length_guard = LengthDriftGuard(config.length_drift_updates, config.length_drift_threshold)
+        assert config.output_dir is not None, "StepPPOConfig sets a default --output_dir"
         self.out = Path(config.output_dir)
         self.run = RunDir(self.out)
         self.sampler = RolloutSampler(config, tokenizer, self.accelerator, self.model, self.train_problems, self.out)
@@ -191,7 +192,8 @@ class StepPPOTrainer:
         batch = clock.time("generate", self.sampler.generate, update)
         scores, reward_metrics = clock.time("reward", self.rewards, batch)
         logps = self.logprobs(batch)
-        extra = self._online_verifier_update(batch) if self.online_prms else {}  # PRIME: after the rewards
+        extra = online_update(self.online_prms, batch, self.args, self.accelerator, self._all_ranks) \
+            if self.online_prms else {}  # PRIME: after the rewards
         step_values = None  # mc_values: continuations sampled from every step boundary (VinePPO)
         if M.ESTIMATORS[self.args.advantage_estimator].monte_carlo:
             step_values = clock.time("mc_values", self.sampler.mc_step_values, batch, scores, self.rewards)
@@ -242,6 +244,7 @@ class StepPPOTrainer:
         stats = {**estimate.stats, **(step_values.stats if step_values is not None else {})}
         loss_mask = mask  # the tokens the loss averages over
         if args.drop_flat_groups:  # DAPO: no flat group in the loss; the others keep their weight
+            assert estimate.flat_rows is not None, "validate() allows it only where the estimator reports them"
             loss_mask = mask * (~estimate.flat_rows)[:, None].to(mask.dtype)
         stats["rollout/tokens"] = mask.sum().item() + stats.get("rollout/mc_tokens", 0.0)  # every sampled token
         advantages = estimate.advantages
@@ -281,6 +284,7 @@ class StepPPOTrainer:
             loss = loss + self.kl_ctl.value * kl_loss
             stats["loss/kl"].append(kl_loss.item())
         if values is not None:
+            assert adv.values is not None, "an estimator that keeps a critic returns its values"
             vf_loss, vf_stats = M.value_loss(values, adv.values[mb], adv.returns[mb], m, args.cliprange_value)
             loss = loss + args.vf_coef * vf_loss
             stats["loss/value"].append(vf_loss.item())
@@ -302,29 +306,6 @@ class StepPPOTrainer:
         stats["policy/entropy"].append(entropy)
         stats["policy/clipfrac"].append(float(pg_stats["clipfrac"]))
         stats["policy/approx_kl"].append(float(pg_stats["approx_kl"]))
-
-    def _online_verifier_update(self, batch: Rollouts) -> dict[str, float]:
-        """--verifier_online_update: optimiser steps of each implicit PRM on this update's rollouts
-        with steps, labelled by the answer check (--answer_match); gradients averaged over processes."""
-        t = time.time()
-        idx = [i for i, text in enumerate(batch.texts)
-               if (steps := split_steps(text).steps) and all(s.strip() for s in steps)]
-        if not self._all_ranks(bool(idx)):  # every rank steps, or none: the gradient mean is collective
-            return {"verifier/online_paths": 0.0, "time/verifier_update": time.time() - t}
-        questions = [batch.problems[i].question for i in idx]
-        paths = [split_steps(batch.texts[i]).steps for i in idx]
-        labels = [float(answer_correct(batch.texts[i], batch.problems[i], self.args.answer_match)) for i in idx]
-        sync = None
-        if self.accelerator.num_processes > 1:
-            def sync(grad):
-                return self.accelerator.reduce(grad, reduction="mean")
-        out: dict[str, float] = {}
-        for k, prm in enumerate(self.online_prms):
-            got = prm.online_update(questions, paths, labels, steps=self.args.verifier_online_steps,
-                                    learning_rate=self.args.verifier_online_learning_rate, grad_sync=sync)
-            out["verifier/online_loss" + (f"_{k}" if k else "")] = got["loss"]
-        out.update({"verifier/online_paths": float(len(idx)), "time/verifier_update": time.time() - t})
-        return out
 
     @torch.no_grad()
     def _policy_fingerprints(self) -> dict[str, str]:

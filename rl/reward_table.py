@@ -206,18 +206,19 @@ class RewardPlacer:
             tally.count_response(batch.texts[i], batch.problems[i], responses, i, self.tokenizer.eos_token_id)
             per_step, outcome, at_last = tally.weigh(self.reward_funcs, [column[i] for column in table],
                                                      len(responses.paths[i].steps))
-            credited = [k for k, v in enumerate(per_step) if v is not None]
+            paid = {k: v for k, v in enumerate(per_step) if v is not None}
+            credited = list(paid)
             positions: list[int] = []
             if credited:
                 at = step_end_tokens(self.tokenizer, responses.bodies[i], batch.texts[i],
                                      len(responses.paths[i].steps))
                 if at is None:  # the steps could not be located in tokens: the same total, at the path's end
                     tally.unlocated += 1
-                    outcome += sum(per_step[k] for k in credited)
+                    outcome += sum(paid[k] for k in credited)
                     credited = []
                 else:
                     positions = [at[k] for k in credited]
-            placed = assign_rewards([per_step[k] for k in credited], positions, n_tokens, outcome=outcome,
+            placed = assign_rewards([paid[k] for k in credited], positions, n_tokens, outcome=outcome,
                                     last_token=n_tokens - 1)
             rewards[i, :n_tokens] = torch.tensor(placed[:n_tokens])
             tally.totals.append(sum(placed))

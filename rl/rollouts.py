@@ -126,7 +126,9 @@ class RolloutSampler:
                                      max_tokens=args.max_completion_length)
         # token ids, as the hf path and the log-probabilities see the prompt (no special tokens added)
         inputs = [{"prompt_token_ids": tok.encode(p, add_special_tokens=False)} for p in prompts]
-        outputs = self.vllm_engine.generate(inputs, params, use_tqdm=False)
+        engine = self.vllm_engine
+        assert engine is not None  # made above on the first call
+        outputs = engine.generate(inputs, params, use_tqdm=False)
         eos = tok.eos_token_id
         result = []
         for o in outputs:
