@@ -4,7 +4,7 @@ the decisions a noisy teacher misreads, and the relation-direction errors before
     python experiments/gain_by_kind.py outputs/ppo_noisy/gold_s{0,1,2} [--reference outputs/sft_clean_v]
 
 For each run folder (`eval_before_rows.jsonl` and `eval_after_rows.jsonl` of `rl/ppo_step.py` or
-`rl/grpo_peer.py`) it prints one line per part of the world test problems: those with an
+`rl/baselines/grpo_peer.py`) it prints one line per part of the world test problems: those with an
 inverse phrasing, those with a stale-count trap (`reasoning.world.misreadings_of`; a problem with
 both is in both), those with neither, and all of them. Each line has greedy accuracy before and
 after, the problems won (wrong before, right after) and lost (right before, wrong after), and the

@@ -7,7 +7,7 @@ quantity it computes, and the world's checker judges the computation apart from 
 computation under another person's name is a *naming slip*). RL gets no signal from the name, so
 nothing holds those tokens' entropy up; this script shows what happened to them. For each run
 folder (`eval_before_rows.jsonl` and `eval_after_rows.jsonl` of `rl/ppo_step.py` or
-`rl/grpo_peer.py`) and each of the two, it prints:
+`rl/baselines/grpo_peer.py`) and each of the two, it prints:
 
 - `one_name`: the share of greedy paths with two or more computation steps whose steps all carry
   the same name;

@@ -4,7 +4,7 @@ the answers got worse? (A reward that was hacked did; one that was learned did n
     python -m experiments.reward_on_paths outputs/long/ipmstepmin_s{0,1,2} --verifier implicit:outputs/ipm_long/prm_2k
 
 For each run folder (`eval_before_rows.jsonl` and `eval_after_rows.jsonl` of `rl/ppo_step.py` or
-`rl/grpo_peer.py`), and each of the two, the verifier (any spec of `reward_models.load`, read as it
+`rl/baselines/grpo_peer.py`), and each of the two, the verifier (any spec of `reward_models.load`, read as it
 is on disk: a PRM updated online during the run is scored as it was before the run) scores every
 greedy path step by step, and the script prints:
 

@@ -31,7 +31,7 @@ def one_thread_unless_told() -> None:
 
 
 def threads_for_baseline(num_threads: int) -> None:
-    """A baseline run's torch threads (rl.grpo_peer, rl.rft): `--num_threads N` sets N, as for a PPO
+    """A baseline run's torch threads (rl.baselines.grpo_peer, rl.baselines.rft): `--num_threads N` sets N, as for a PPO
     run beside it; 0 keeps one thread unless OMP_NUM_THREADS says how many."""
     one_thread_unless_told()
     if num_threads > 0:

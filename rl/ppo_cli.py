@@ -275,7 +275,7 @@ def parse_with_ppo_settings(argv: list[str] | None, own: type | None, uses: froz
                             required: tuple[str, ...] = (), defaults: dict[str, Any] | None = None,
                             check: Callable[[StepPPOConfig, Any], None] | None = None
                             ) -> tuple[StepPPOConfig, Any]:
-    """The settings of a baseline trained beside PPO (rl/grpo_peer.py, rl/rft.py): the StepPPOConfig
+    """The settings of a baseline trained beside PPO (rl/baselines/grpo_peer.py, rl/baselines/rft.py): the StepPPOConfig
     fields it shares with a PPO run (`uses`, TRL's names: their defaults are the PPO run's, written
     once, here) and its own dataclass `own` (None: it has none; then None comes back in its place).
     Earlier flag names are translated as parse_config translates them (a deprecation line each). A

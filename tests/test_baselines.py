@@ -1,5 +1,5 @@
-"""The baselines trained beside PPO (rl/grpo_peer.py: TRL's GRPOTrainer on the gold reward; rl/rft.py:
-rejection-sampling fine-tuning): their settings are a PPO run's, with the PPO run's defaults."""
+"""The baselines trained beside PPO (rl/baselines/grpo_peer.py: TRL's GRPOTrainer on the gold reward;
+rl/baselines/rft.py: rejection-sampling fine-tuning): their settings are a PPO run's, with the PPO run's defaults."""
 
 import ast
 import json
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rl import grpo_peer, rft
+from rl.baselines import grpo_peer, rft
 from rl.ppo_config import StepPPOConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,12 +51,13 @@ def test_rft_samples_a_ppo_runs_prompts(tmp_path):
 
 
 @pytest.mark.parametrize(("name", "flags", "message"), [
-    ("grpo_peer", ["--reward", "step"], "error: rl.grpo_peer does not use --reward (a PPO setting); it takes"),
-    ("grpo_peer", ["--no_chat_template"], "error: rl.grpo_peer does not use --chat_template (a PPO setting)"),
-    ("rft", ["--kl_coef", "0.1"], "error: rl.rft does not use --kl_coef (a PPO setting); it takes --accept"),
+    ("grpo_peer", ["--reward", "step"],
+     "error: rl.baselines.grpo_peer does not use --reward (a PPO setting); it takes"),
+    ("grpo_peer", ["--no_chat_template"], "error: rl.baselines.grpo_peer does not use --chat_template (a PPO setting)"),
+    ("rft", ["--kl_coef", "0.1"], "error: rl.baselines.rft does not use --kl_coef (a PPO setting); it takes --accept"),
     ("rft", ["--n_prompts", "100"], "error: --max_steps x --prompts_per_update (1920 prompts) is more than "
                                     "--n_prompts (100): lower the one or raise the other"),
-    ("grpo_peer", ["--config", "recipe.yaml"], "error: rl.grpo_peer takes flags, not --config"),
+    ("grpo_peer", ["--config", "recipe.yaml"], "error: rl.baselines.grpo_peer takes flags, not --config"),
     ("grpo_peer", ["--samples_per_prompt", "1"], "error: --samples_per_prompt must be >= 2 (GRPO compares"),
 ])
 def test_baselines_refuse_what_they_would_ignore(name, flags, message, tmp_path, capsys):
@@ -70,9 +71,9 @@ def test_baselines_refuse_what_they_would_ignore(name, flags, message, tmp_path,
 @pytest.mark.parametrize("name", sorted(BASELINES))
 def test_baselines_need_their_output_folder_and_a_policy(name, tmp_path, capsys):
     assert BASELINES[name].main(["--model_name_or_path", _policy(tmp_path)]) == 2
-    assert capsys.readouterr().err == f"error: rl.{name} needs --output_dir\n"
+    assert capsys.readouterr().err == f"error: rl.baselines.{name} needs --output_dir\n"
     assert BASELINES[name].main(["--output_dir", str(tmp_path / "o")]) == 2
-    assert capsys.readouterr().err == f"error: rl.{name} needs --model_name_or_path\n"
+    assert capsys.readouterr().err == f"error: rl.baselines.{name} needs --model_name_or_path\n"
     assert BASELINES[name].main(["--model_name_or_path", str(tmp_path / "none"), "--output_dir",
                                  str(tmp_path / "o")]) == 2
     assert "no model there (config.json missing)" in capsys.readouterr().err

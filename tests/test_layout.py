@@ -286,3 +286,22 @@ def test_the_old_backends_path_forwards_to_the_same_objects_with_a_warning():
     help_run = subprocess.run([sys.executable, "-m", "inference.backends.serve", "--help"], cwd=ROOT,
                               capture_output=True, text=True)
     assert help_run.returncode == 0 and "--model" in help_run.stdout, help_run.stderr
+
+
+@pytest.mark.parametrize("old, new, attr", [("rl.rft", "rl.baselines.rft", "verifier_accepts"),
+                                            ("rl.grpo_peer", "rl.baselines.grpo_peer", "main"),
+                                            ("rl.checkpoint_curve", "rl.tools.checkpoint_curve", "load_into"),
+                                            ("rl.gguf_convert", "rl.tools.gguf_convert", "main")])
+def test_rl_keeps_the_ppo_core_at_its_top_and_the_old_paths_forward(old, new, attr):
+    """rl/ holds the PPO core; the baselines (rl/baselines/) and the tools around a run (rl/tools/)
+    are packages of their own, and their old module paths forward for one release, warning once."""
+    import subprocess
+    import sys
+
+    code = (f"import warnings; warnings.simplefilter('always')\nimport {old} as a, {new} as b\n"
+            f"assert a.{attr} is b.{attr}\n")
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert f"{old} moved to {new}" in run.stderr
+    help_run = subprocess.run([sys.executable, "-m", old, "--help"], cwd=ROOT, capture_output=True, text=True)
+    assert help_run.returncode == 0 and "--out" in help_run.stdout + help_run.stderr, help_run.stderr

@@ -365,7 +365,7 @@ def test_ppo_step_writes_metrics_eval_and_checkpoints(models, tmp_path, reward):
 def test_checkpoint_curve_evaluates_every_checkpoint(models, tmp_path, capsys):
     from safetensors.torch import load_file
 
-    from rl import checkpoint_curve
+    from rl.tools import checkpoint_curve
 
     out = tmp_path / "curve"
     assert ppo_step.main(tiny_args(models, out, "--critic_warmup_updates", "0")) == 0
@@ -792,9 +792,9 @@ def test_config_errors_are_one_line_and_found_before_any_model_loads(models, tmp
 
 def test_output_dir_holds_one_run(models, tmp_path, capsys):
     """A fresh run refuses a used folder; --overwrite_output_dir clears it; a resume must keep the
-    run's settings (run_config.json); rl.checkpoint_curve then needs only --output_dir."""
-    from rl import checkpoint_curve
+    run's settings (run_config.json); rl.tools.checkpoint_curve then needs only --output_dir."""
     from rl.run_dir import RUN_CONFIG
+    from rl.tools import checkpoint_curve
 
     out = tmp_path / "run"
     assert ppo_step.main(tiny_args(models, out, "--critic_warmup_updates", "0")) == 0

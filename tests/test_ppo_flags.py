@@ -149,7 +149,7 @@ def test_logging_steps_checkpoints_that_load_and_push_to_hub(tmp_path, monkeypat
 
 
 def test_help_lists_the_toolkits_flags_first_and_leaves_out_refused_ones(capsys):
-    from rl import checkpoint_curve
+    from rl.tools import checkpoint_curve
 
     with pytest.raises(SystemExit) as info:
         ppo_step.main(["--help"])

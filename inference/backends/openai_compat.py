@@ -1,5 +1,5 @@
 """Moved to `backends.openai_compat` (the bottom package); this path forwards to it for one release."""
 
-from inference.backends._moved import forward
+from reasoning.moved import forward
 
 _module, __getattr__ = forward("inference.backends.openai_compat", "backends.openai_compat")

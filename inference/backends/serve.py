@@ -1,6 +1,6 @@
 """Moved to `backends.serve` (the bottom package); this path forwards to it for one release."""
 
-from inference.backends._moved import forward
+from reasoning.moved import forward
 
 _module, __getattr__ = forward("inference.backends.serve", "backends.serve")
 

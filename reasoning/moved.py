@@ -1,5 +1,6 @@
-"""The deprecation line of a module that moved, and the module-level name lookup that forwards to
-its new home (private names included), so old imports get the very same objects."""
+"""Modules that moved keep their old path for one release: the deprecation line, and the
+module-level name lookup that forwards to the new home (private names included), so old imports get
+the very same objects."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 
 def warn_moved(old: str, new: str) -> None:
+    """One FutureWarning line naming the new path."""
     warnings.warn(f"{old} moved to {new}; import {new} (the old path goes in the next release)", FutureWarning,
                   stacklevel=3)
 
