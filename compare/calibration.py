@@ -23,7 +23,8 @@ def calibrate_stepco_threshold(cfg: CompareConfig, arts: dict[str, Artefact], ou
     from backends.base import SamplingParams
     from inference.evaluate import build_generator
     from reasoning.world import generate, world_config_of
-    from reward_models.evaluate import (
+    from reward_models.load import load_verifier
+    from reward_models.verifier_metrics import (
         calibrate_threshold,
         earliest_error_predictions,
         processbench_metrics,
@@ -31,7 +32,6 @@ def calibrate_stepco_threshold(cfg: CompareConfig, arts: dict[str, Artefact], ou
         score_items,
         step_metric_inputs,
     )
-    from reward_models.load import load_verifier
 
     spec = methods_verifier_spec(cfg, arts)
     max_new = int(ev.methods["stepco"].get("max_new_tokens", 192))

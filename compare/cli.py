@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import compare
+from compare.cells import evaluate_policy
 from compare.config import DEFAULT_CONFIG, QUICK_CONFIG, ROOT, CompareError, from_dict, load_config
-from compare.evaluation import evaluate_policy
 from compare.pipeline import plan, run
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from compare.analysis import answer_changes, cell_record, effects, recorded_seconds
 from compare.cache import CODE, artefacts, code_digest, methods_verifier_spec
 from compare.calibration import calibrate_stepco_threshold
+from compare.cells import cells, eval_groups, evaluate_policy, load_eval_problems, read_cell
 from compare.config import (
     BUDGET_KEYS,
     REFERENCE,
@@ -24,7 +25,6 @@ from compare.config import (
     plain,
 )
 from compare.curves import sample_curve, stepco_curve, token_sources
-from compare.evaluation import cells, eval_groups, evaluate_policy, load_eval_problems, read_cell
 from compare.jobs import Job, log, run_jobs
 from compare.plot import plot
 from compare.report import write_report

@@ -1,6 +1,6 @@
 """Inference gain against a verifier's earliest-error F1: StepCo and Best-of-N per verifier, one plot.
 
-For each verifier on the axis: its F1 (the JSON `reward_models.evaluate` prints), a StepCo run and a
+For each verifier on the axis: its F1 (the JSON `reward_models.verifier_metrics` prints), a StepCo run and a
 Best-of-N run of `inference.evaluate` with that verifier, all on the same problems as one greedy run.
 It prints one markdown table (accuracy, tokens per problem counting the verifier's, and paired
 bootstrap differences StepCo - Best-of-N and StepCo - greedy over the same problems) and, with
@@ -9,7 +9,7 @@ bootstrap differences StepCo - Best-of-N and StepCo - greedy over the same probl
     python -m experiments.verifier_axis --greedy RUN --level NAME F1.json STEPCO_RUN BON_RUN [--level ...] \
         [--plot axis.png] [--json axis.json]
 
-A level's F1.json is the stdout of `python -m reward_models.evaluate --verifier V ...` (its `f1`).
+A level's F1.json is the stdout of `python -m reward_models.verifier_metrics --verifier V ...` (its `f1`).
 
 Several sampling seeds: STEPCO_RUN and BON_RUN may each be a comma-separated list of runs, one per
 seed, the same number in both (`stepco_s0,stepco_s1,stepco_s2`); seed k's StepCo run is paired with
@@ -47,13 +47,13 @@ def read_run(folder: str) -> dict[str, dict[str, Any]]:
 
 
 def read_f1(path: str) -> float | None:
-    """The `f1` of one `reward_models.evaluate` JSON output (the last JSON line of the file)."""
+    """The `f1` of one `reward_models.verifier_metrics` JSON output (the last JSON line of the file)."""
     lines = [ln for ln in Path(path).read_text().splitlines() if ln.strip().startswith("{")]
     if not lines:
-        raise ValueError(f"{path}: no JSON line (expected reward_models.evaluate's output)")
+        raise ValueError(f"{path}: no JSON line (expected reward_models.verifier_metrics's output)")
     result = json.loads(lines[-1])
     if "f1" not in result:
-        raise ValueError(f"{path}: no 'f1' field (expected reward_models.evaluate's output)")
+        raise ValueError(f"{path}: no 'f1' field (expected reward_models.verifier_metrics's output)")
     return result["f1"]
 
 

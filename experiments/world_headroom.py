@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     from reasoning.prompts import solve_prompt
     from reasoning.steps import split_steps
     from reasoning.world import earliest_error, generate, misreadings_of, row_to_problem, world_config_of
-    from rl.evaluation import greedy_eval
+    from rl.greedy_accuracy import greedy_eval
 
     rows = generate("test", args.n, 0, world_config_of(args.policy))
     problems = [row_to_problem(r) for r in rows]

@@ -9,12 +9,12 @@ depend on the policy and the verifier are therefore chosen here, from what they 
   explicit `prompt` for a local policy known not to be taught it is refused (`check_settings`):
   such a policy answers the feedback prompt with noise.
 - **θ** (StepCo, `auto`): calibrated on held-apart problems, the world's dev split (never the test
-  problems evaluated), exactly as `reward_models.evaluate --calibrate-on world:dev` calibrates a
-  verifier (`reward_models.evaluate.calibrate_on_items`: sampled paths, exact earliest errors, the
+  problems evaluated), exactly as `reward_models.verifier_metrics --calibrate-on world:dev` calibrates a
+  verifier (`reward_models.verifier_metrics.calibrate_on_items`: sampled paths, exact earliest errors, the
   F1-best threshold). Then StepCo at that θ runs on other dev problems; θ is kept only when it beats
   StepCo's own first paths there (the paired 95% interval's lower bound above 0), otherwise θ is 0:
   never revise, so StepCo is its first path. A benchmark or a file has no held-apart split here:
-  give `--threshold` (`reward_models.evaluate --calibrate-on DEV` calibrates one).
+  give `--threshold` (`reward_models.verifier_metrics --calibrate-on DEV` calibrates one).
 
 The choice is printed as one line on stderr, recorded as `chosen` in the run's summary, and cached
 in `DIR/threshold_calibration.json` under everything it depends on, so a re-run is quick.
@@ -36,7 +36,7 @@ __all__ = ["CACHE", "CALIBRATION_PROBLEMS", "CHECK_PROBLEMS", "ChoiceError", "be
 
 CACHE = "threshold_calibration.json"
 CALIBRATION_PROBLEMS = 100
-"""World dev problems θ is calibrated on (`reward_models.evaluate`'s `--world_n`)."""
+"""World dev problems θ is calibrated on (`reward_models.verifier_metrics`'s `--world_n`)."""
 CHECK_PROBLEMS = 200
 """Other world dev problems on which StepCo at the calibrated θ must beat its first paths."""
 
@@ -71,8 +71,8 @@ def check_settings(config: Any, policy: str, dataset: str, verifier: str | None)
         split = _world_split(dataset)
         if split is None:
             raise ChoiceError(f"--threshold auto calibrates θ on the world's dev split; --dataset {dataset} has "
-                              "none held apart here: give --threshold (python -m reward_models.evaluate --verifier V "
-                              "--data DATA --calibrate-on DEV prints a calibrated one)")
+                              "none held apart here: give --threshold (python -m reward_models.verifier_metrics "
+                              "--verifier V --data DATA --calibrate-on DEV prints a calibrated one)")
         if split not in ("test",):
             raise ChoiceError(f"--threshold auto calibrates θ on the world's dev split, held apart from the test "
                               f"problems; --dataset {dataset} evaluates another split: give --threshold")
@@ -117,18 +117,18 @@ def _interval(d: dict[str, float]) -> str:
 
 def _calibrate(method: Any, config: RevisionConfig, generator: Any, verifier: Any, world_config: Any,
                world_seed: int, batch_size: int) -> dict[str, Any]:
-    """θ by `reward_models.evaluate`'s calibration on dev problems, then StepCo at θ against its first
+    """θ by `reward_models.verifier_metrics`'s calibration on dev problems, then StepCo at θ against its first
     paths (StepCo at θ 0: the same initial paths, never revised) on other dev problems."""
     from backends.base import SamplingParams
     from inference.methods.base import Tracker, blind
     from reasoning.steps import answer_correct
     from reasoning.world import generate, row_to_problem
-    from reward_models.evaluate import EvalArguments as VerifierEvalArguments
-    from reward_models.evaluate import calibrate_on_items, sample_world_paths
+    from reward_models.verifier_metrics import EvalArguments as VerifierEvalArguments
+    from reward_models.verifier_metrics import calibrate_on_items, sample_world_paths
 
     rows = generate("dev", CALIBRATION_PROBLEMS + CHECK_PROBLEMS, world_seed, world_config)
     cal_rows, check_rows = rows[:CALIBRATION_PROBLEMS], rows[CALIBRATION_PROBLEMS:]
-    d = VerifierEvalArguments()  # the settings `reward_models.evaluate --calibrate-on world:dev` samples with
+    d = VerifierEvalArguments()  # the settings `reward_models.verifier_metrics --calibrate-on world:dev` samples with
     params = SamplingParams(max_new_tokens=d.max_new_tokens, temperature=d.temperature, top_p=d.top_p,
                             n=d.samples_per_problem, seed=d.seed)
     items = sample_world_paths(generator, cal_rows, d.samples_per_problem, params)

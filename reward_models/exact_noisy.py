@@ -20,7 +20,7 @@ wrong and 0.0 from there on; with A = R = 0 they equal `exact`'s.
 
 Spec: `exact-noisy:accept=0.3/kinds=misread_inverse+misread_stale/reject=0.05/seed=0` (fields
 joined by `/`, so the spec stays one part of `product:` and `min:` combinations, which split on
-commas). Measure the F1 of a level with `python -m reward_models.evaluate --verifier SPEC --data
+commas). Measure the F1 of a level with `python -m reward_models.verifier_metrics --verifier SPEC --data
 world --policy P`.
 """
 

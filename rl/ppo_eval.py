@@ -14,7 +14,7 @@ from backends.hf import HFGenerator
 from reasoning.prompts import solve_prompt
 from reasoning.steps import answer_correct
 from reasoning.types import Problem
-from rl.evaluation import greedy_rows, summarize_greedy_rows
+from rl.greedy_accuracy import greedy_rows, summarize_greedy_rows
 from rl.ppo_config import StepPPOConfig
 from rl.problem_hooks import ProblemHooks
 from rl.rollouts import RolloutSampler

@@ -38,7 +38,7 @@ from rl import ppo_math as M
 from rl import ppo_prepare as P
 from rl import tracking
 from rl.batches import Advantages, LogProbs, Rollouts, StepValues
-from rl.evaluation import compare_greedy_rows
+from rl.greedy_accuracy import compare_greedy_rows
 from rl.hub import push_folder
 from rl.length_drift import LengthDriftGuard
 from rl.online_prm import online_update

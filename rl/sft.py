@@ -27,7 +27,7 @@ from reasoning.flag_names import did_you_mean
 from reasoning.threads import one_thread_unless_told
 from reasoning.tokenizer import train_tokenizer
 from reasoning.world import WorldConfig, generate, row_to_problem
-from rl.evaluation import greedy_eval
+from rl.greedy_accuracy import greedy_eval
 from rl.models import build_tiny_causal_lm
 
 WORLD_FIELDS = ("min_steps", "max_steps", "max_base", "max_delta", "max_factor", "max_value", "p_inverse",

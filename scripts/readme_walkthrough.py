@@ -69,7 +69,7 @@ RULES = [
     Rule(r"^python -m reward_models\.annotate ", cut="--n 3"),
     Rule(r"^python -m reward_models\.train ", cut="--max_steps 2"),
     Rule(r"^python -m reward_models\.implicit_prm ", cut="--max_steps 2"),
-    Rule(r"^python -m reward_models\.evaluate ", cut="--limit 8 --calibrate_limit 32"),
+    Rule(r"^python -m reward_models\.verifier_metrics ", cut="--limit 8 --calibrate_limit 32"),
     Rule(r"^accelerate launch rl/ppo_step\.py --reward step ", cut=PPO_CUT,
          before=(f"outputs/sft_tiny={BUILD_POLICY}", f"outputs/sft_tiny_clean={BUILD_VERIFIER_LM}")),
     Rule(r"^accelerate launch rl/ppo_step\.py --reward gold --reward_funcs my_rewards\.py", cut=PPO_CUT,

@@ -8,7 +8,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, LlamaForTokenClassificat
 
 from reasoning.tokenizer import train_tokenizer
 from reasoning.world import generate
-from reward_models.adapters import MathShepherdVerifier, TokenClassificationPRMVerifier
+from reward_models.step_tag_prms import MathShepherdVerifier, TokenClassificationPRMVerifier
 from reward_models.verifier import Verifier, VerifierInputError
 
 

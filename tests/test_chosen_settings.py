@@ -85,7 +85,7 @@ def test_beats_first_paths_asks_the_paired_interval_to_lie_above_zero():
 def test_stepco_defaults_choose_revision_and_theta_on_dev_and_cache_them(calibrated, policy_dir, tmp_path, capsys,
                                                                           monkeypatch):
     if calibrated:  # the untrained policy's samples are all wrong (no F1): a θ as if calibrated, to run the check
-        import reward_models.evaluate as rm
+        import reward_models.verifier_metrics as rm
 
         monkeypatch.setattr(rm, "calibrate_on_items", lambda *a, **k: {"threshold": 0.5, "f1": 0.5, "n": 32,
                                                                        "skipped": {"total": 0}})

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from compare import cache as artefact_cache
-from compare import cli, config, evaluation, train
+from compare import cells, cli, config, train
 
 ROOT = Path(__file__).resolve().parents[1]
 CLEAN = ROOT / "configs" / "compare" / "clean_world.yaml"
@@ -174,13 +174,13 @@ def test_combined_verifier_is_bound_to_the_sft_policy_and_keys_the_ppo_runs(tmp_
 
 def test_evaluation_jobs_split_beats_from_the_other_methods_with_several_workers():
     cfg = config.load_config(None)
-    labels = [label for label, _, _ in evaluation.cells(cfg, True)]
-    assert evaluation.eval_groups(cfg, True, 1) == [labels]
-    groups = evaluation.eval_groups(cfg, True, 2)
+    labels = [label for label, _, _ in cells.cells(cfg, True)]
+    assert cells.eval_groups(cfg, True, 1) == [labels]
+    groups = cells.eval_groups(cfg, True, 2)
     assert groups == [["beats"], ["greedy", "self_consistency", "best_of_n", "stepco", config.REFERENCE]]
     assert sorted(sum(groups, [])) == sorted(labels)  # every cell in exactly one job
     no_beats = config.load_config(None, sets=["eval.methods.beats=null"])
-    assert evaluation.eval_groups(no_beats, True, 2) == [["greedy", "self_consistency", "best_of_n", "stepco",
+    assert cells.eval_groups(no_beats, True, 2) == [["greedy", "self_consistency", "best_of_n", "stepco",
                                                       config.REFERENCE]]
 
 

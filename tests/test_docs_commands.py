@@ -405,7 +405,7 @@ def test_shell_lines_the_checker_cannot_read_are_counted_not_dropped():
 
 
 def test_usage_lines_brackets_alternatives_and_variables():
-    line = ("python -m reward_models.evaluate --verifier V --data processbench_gsm8k "
+    line = ("python -m reward_models.verifier_metrics --verifier V --data processbench_gsm8k "
             "[--threshold 0.5 | --calibrate-on DEV] [--rule threshold|drop] > out.json")
     (inv,) = parse_invocations(line, "x")
     assert inv.flags == ["--verifier", "--data", "--threshold", "--calibrate-on", "--rule"]

@@ -10,14 +10,14 @@ from reasoning.benchmarks import default_data_dir
 from reasoning.prompts import solve_prompt
 from reasoning.steps import join_steps
 from reasoning.world import WorldConfig, generate
-from reward_models import evaluate as ev
-from reward_models.evaluate import (
+from reward_models import verifier_metrics as ev
+from reward_models.load import load_verifier, psv_dir_kind
+from reward_models.verifier_metrics import (
     best_of_n_accuracy,
     calibrate_threshold,
     earliest_error_predictions,
     processbench_metrics,
 )
-from reward_models.load import load_verifier, psv_dir_kind
 
 # A world the tiny policy below half-memorises: its samples hold both right and wrong paths.
 WORLD = WorldConfig(min_steps=1, max_steps=2, max_distractors=0, p_together=0.0)

@@ -33,7 +33,7 @@ def test_loads_turns_recursion_and_digit_limits_into_value_errors():
     load_jsonl_problems,  # rl/ppo_step.py (--dataset x.jsonl), load_benchmark by path: inference.evaluate
     lambda p: list(iter_jsonl_objects(p)),  # reasoning.grade --predictions
     read_appended_jsonl,  # inference.evaluate and reward_models.annotate resuming their output
-    read_jsonl,  # reward_models.evaluate --data, reward_models.train --data
+    read_jsonl,  # reward_models.verifier_metrics --data, reward_models.train --data
 ], ids=["problems", "objects", "appended", "reward_models"])
 def test_every_jsonl_reader_names_file_and_line(tmp_path, reader, bad):
     with pytest.raises(DatasetError, match=r"hostile\.jsonl:2: invalid JSON"):

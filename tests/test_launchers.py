@@ -185,7 +185,7 @@ def test_a_saved_policy_reloads_and_decodes_as_the_trainer_did(float32_runs):
     from backends.hf import HFGenerator
     from reasoning.problem_sets import WorldDraw, load_problem_set
     from reasoning.world import world_config_of
-    from rl.evaluation import greedy_rows
+    from rl.greedy_accuracy import greedy_rows
 
     for name, out in float32_runs.items():
         policy = AutoModelForCausalLM.from_pretrained(str(out / "policy")).eval()

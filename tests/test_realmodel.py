@@ -178,7 +178,7 @@ def test_lora_psv_on_its_backbone_scores_its_paths(psv, smollm2, annotation):
 def test_math_shepherd_adapter_reads_its_step_tags(smollm2, annotation):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from reward_models.adapters import MathShepherdVerifier
+    from reward_models.step_tag_prms import MathShepherdVerifier
 
     tok = AutoTokenizer.from_pretrained(smollm2)
     # Math-Shepherd's own tag "ки" is two tokens here; the adapter takes any one-token tag

@@ -68,7 +68,7 @@ def test_a_question_the_exact_checker_does_not_know_is_unscorable():
 def test_every_caller_reports_the_unscorable_count(tmp_path):
     """PPO's verifier rewards, the inference tracker and evaluation's score_items all go through it."""
     from inference.methods.base import Tracker
-    from reward_models.evaluate import PathItem, score_items
+    from reward_models.verifier_metrics import PathItem, score_items
     from rl.rewards import VerifierOutcomeReward, VerifierStepReward
 
     paths = [["a"], ["a", "b", "c"], []]

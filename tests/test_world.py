@@ -449,7 +449,7 @@ def test_greedy_evaluation_classifies_errors_through_the_problems_hooks(tmp_path
     through `ProblemHooks`: the world's classify world problems; with none, a row has no kind."""
     from backends.base import Completion
     from reasoning.steps import join_steps
-    from rl.evaluation import greedy_eval
+    from rl.greedy_accuracy import greedy_eval
     from rl.problem_hooks import NO_HOOKS, WORLD_HOOKS
 
     rows = w.generate("test", 2, 0)

@@ -20,7 +20,7 @@ writes a path in `<Step>` tags (greedy by default). Then, for up to `max_rounds`
      ...,revise=W`, recorded in its `teacher.json`), else `resample`.
 
 θ's default, None (`--threshold auto`), is also chosen by the harness: calibrated on held-apart
-problems as `reward_models.evaluate --calibrate-on` calibrates it, and kept only when StepCo at it
+problems as `reward_models.verifier_metrics --calibrate-on` calibrates it, and kept only when StepCo at it
 beats its own first paths there; otherwise 0 (never revise). `run` itself takes only chosen values.
 
 The revision index never moves backwards: a later round whose first failing step lies inside the

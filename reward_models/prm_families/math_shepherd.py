@@ -2,7 +2,7 @@
 
 A causal LM reading "question Step 1: ... ки\\nStep 2: ... ки"; a step's score is P(`+`) / (P(`+`) +
 P(`-`)) of the next-token distribution at its `ки` tag. Served by
-`reward_models.adapters.MathShepherdVerifier`, which loads the weights strictly (a missing LM head is
+`reward_models.step_tag_prms.MathShepherdVerifier`, which loads the weights strictly (a missing LM head is
 refused, not initialised at random).
 """
 
@@ -14,7 +14,7 @@ NAME = "math-shepherd"
 
 
 def build(path: str, batch_size: int):
-    from reward_models.adapters import MathShepherdVerifier
+    from reward_models.step_tag_prms import MathShepherdVerifier
 
     return MathShepherdVerifier.from_pretrained(path, batch_size=batch_size)
 

@@ -1,7 +1,7 @@
 """Two-label token-classification PRMs (`*ForTokenClassification`): `token-prm:PATH`.
 
 The question, a newline, then each step followed by a separator token (`<extra_0>`); a step's score
-is softmax(logits)[1] at its separator. Served by `reward_models.adapters.TokenClassificationPRMVerifier`,
+is softmax(logits)[1] at its separator. Served by `reward_models.step_tag_prms.TokenClassificationPRMVerifier`,
 which loads the weights strictly: a checkpoint without the classification head (which transformers
 would initialise at random) is refused. A Qwen2.5-Math-PRM checkpoint is not this: name it `qwen-prm:`.
 """
@@ -14,7 +14,7 @@ NAME = "token-prm"
 
 
 def build(path: str, batch_size: int):
-    from reward_models.adapters import TokenClassificationPRMVerifier
+    from reward_models.step_tag_prms import TokenClassificationPRMVerifier
 
     return TokenClassificationPRMVerifier.from_pretrained(path, batch_size=batch_size)
 

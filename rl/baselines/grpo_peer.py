@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     from trl import GRPOTrainer
 
     from backends.hf import HFGenerator
-    from rl.evaluation import compare_greedy_rows, greedy_eval
+    from rl.greedy_accuracy import compare_greedy_rows, greedy_eval
     from rl.ppo_setup import load_problems
 
     run = RunDir(args.output_dir)

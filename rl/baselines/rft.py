@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from backends.base import SamplingParams
     from backends.hf import HFGenerator
-    from rl.evaluation import compare_greedy_rows, greedy_eval
+    from rl.greedy_accuracy import compare_greedy_rows, greedy_eval
     from rl.ppo_setup import load_problems
     from rl.problem_hooks import WORLD_HOOKS
 

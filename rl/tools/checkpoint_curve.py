@@ -100,7 +100,7 @@ def _curve(out: Path, policy, evaluate, before_rows: list[dict], args) -> tuple[
     """Each readable checkpoint loaded into `policy` and evaluated, its rows kept in the run folder
     and compared with `before_rows`; an unreadable one skipped with its reason. Returns the curve,
     the skipped checkpoints and the accuracy before."""
-    from rl.evaluation import compare_greedy_rows
+    from rl.greedy_accuracy import compare_greedy_rows
     from rl.run_dir import RunDir
 
     curve, skipped, base = [], [], None
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from backends.hf import HFGenerator
-    from rl.evaluation import greedy_eval
+    from rl.greedy_accuracy import greedy_eval
     from rl.ppo_setup import load_policy
 
     torch.set_num_threads(args.num_threads or 1)
