@@ -12,7 +12,8 @@ a token budget (`max_completion_length` in RL) cuts.
   needs.
 - `budget_profile`: under a budget of B tokens a sample is cut unless it ended within B tokens, and
   a cut sample is wrong (it never states its answer): the share cut, the share of right samples cut,
-  and accuracy, pass@k and the flat and all-wrong group shares that remain.
+  and accuracy, pass@k and the flat and all-wrong group shares that remain; `greedy_within`: greedy
+  accuracy under the budget.
 
 `experiments/world_headroom.py` reports them (its `own_errors`, `lengths`, `gold_tokens` and
 `budgets` keys).
@@ -132,3 +133,11 @@ def budget_profile(groups: Sequence[Sequence[Sample]], budget: int) -> dict[str,
         "flat_groups": sum(len(set(r)) == 1 for r in right) / len(groups),
         "flat_all_wrong": sum(not any(r) for r in right) / len(groups),
     }
+
+
+def greedy_within(rows: Sequence[dict[str, Any]], budget: int) -> float:
+    """Greedy accuracy under a budget: right rows (`rl.evaluation.greedy_rows`) that ended within it."""
+    if not rows:
+        raise ValueError("greedy_within needs greedy rows")
+    kept = [r["correct"] and r["finish_reason"] != "length" and r["completion_tokens"] <= budget for r in rows]
+    return sum(kept) / len(rows)

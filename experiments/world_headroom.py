@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from experiments.sample_profile import greedy_within
     from inference.backends.base import SamplingParams
     from inference.backends.hf import HFGenerator
     from reasoning.grading import grade
@@ -99,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
                                          / max(sum(mix.values()), 1))
     result.update(_budget_stats(problems, samples, right, args.budgets,
                                 lambda t: len(tok(t, add_special_tokens=False)["input_ids"])))
+    for budget in args.budgets:
+        result["budgets"][str(budget)]["greedy"] = greedy_within(greedy["rows"], budget)
     out = Path(args.out) if args.out else Path(args.policy) / "headroom.json"
     out.write_text(json.dumps(result, indent=2))
     print(json.dumps(result))

@@ -102,3 +102,15 @@ def test_world_headroom_budget_stats():
     for bad in ("0", "a,1"):
         with pytest.raises(argparse.ArgumentTypeError):
             _budgets(bad)
+
+
+def test_greedy_within_a_budget():
+    rows = [
+        {"correct": True, "finish_reason": "stop", "completion_tokens": 40},
+        {"correct": True, "finish_reason": "stop", "completion_tokens": 60},
+        {"correct": False, "finish_reason": "stop", "completion_tokens": 20},
+        {"correct": True, "finish_reason": "length", "completion_tokens": 50},
+    ]
+    assert sp.greedy_within(rows, 50) == 0.25 and sp.greedy_within(rows, 60) == 0.5
+    with pytest.raises(ValueError):
+        sp.greedy_within([], 50)
