@@ -4,9 +4,13 @@ misreads (problems with an inverse phrasing, with a stale-count trap, with neith
 assignment: the share of flat groups (all k samples right, or all wrong: a group estimator on the
 answer check learns nothing from them), and of those the share whose samples a step reward could
 still rank (the world's exact checker finds their first wrong step at different places: a
-reference measure, the checker is privileged), and the steps and tokens per sample.
+reference measure, the checker is privileged), and the steps and tokens per sample. For a step
+reward and a token budget (`experiments/sample_profile.py`): the own errors of the wrong samples
+(`own_errors`), the tokens of right and wrong samples and of the gold solutions (`lengths`,
+`gold_tokens`), and for each of `--budgets` what that `max_completion_length` would cut (`budgets`).
 
-    python experiments/world_headroom.py --policy outputs/sft_tiny [--n 500] [--k 8] [--temperature 1.0]
+    python experiments/world_headroom.py --policy outputs/sft_tiny [--n 500] [--k 8] [--temperature 1.0] \
+        [--budgets 100,120]
 
 Prints one JSON object and writes it to POLICY/headroom.json (or --out). The problems are the world
 test split of the policy's own world (`world_config.json`), seed 0, as every world figure uses.
@@ -18,7 +22,9 @@ import argparse
 import json
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -29,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_sampling_args(parser, n=500)
+    parser.add_argument("--budgets", type=_budgets, default=[],
+                        help="comma-separated token budgets to report cuts for, e.g. 100,120")
     args = parser.parse_args(argv)
     error = sampling_args_error(args, min_k=1)
     if error:
@@ -42,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from backends.base import SamplingParams
     from backends.hf import HFGenerator
+    from experiments.sample_profile import greedy_within
     from reasoning.grading import grade
     from reasoning.prompts import solve_prompt
     from reasoning.steps import split_steps
@@ -89,10 +98,38 @@ def main(argv: list[str] | None = None) -> int:
     mix = result["error_mix"]
     result["misread_share_of_errors"] = (sum(v for k, v in mix.items() if k.startswith("misread"))
                                          / max(sum(mix.values()), 1))
+    result.update(_budget_stats(problems, samples, right, args.budgets,
+                                lambda t: len(tok(t, add_special_tokens=False)["input_ids"])))
+    for budget in args.budgets:
+        result["budgets"][str(budget)]["greedy"] = greedy_within(greedy["rows"], budget)
     out = Path(args.out) if args.out else Path(args.policy) / "headroom.json"
     out.write_text(json.dumps(result, indent=2))
     print(json.dumps(result))
     return 0
+
+
+def _budgets(text: str) -> list[int]:
+    """`--budgets 100,120` as [100, 120]: positive token counts."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected comma-separated token counts, got {text!r}") from err
+    if any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"budgets must be >= 1, got {text!r}")
+    return values
+
+
+def _budget_stats(problems: list, samples: list, right: list[list[bool]], budgets: list[int],
+                  count_tokens: Callable[[str], int]) -> dict[str, Any]:
+    """The own errors of the wrong samples, the lengths, and each budget's cuts (`sample_profile`)."""
+    from experiments.sample_profile import Sample, budget_profile, gold_lengths, length_profile, own_error_profile
+    from reasoning.world import gold_solution
+
+    groups = [[Sample(c.text, c.completion_tokens, c.finish_reason != "length", ok) for c, ok in zip(group, oks)]
+              for group, oks in zip(samples, right)]
+    return {"own_errors": own_error_profile(problems, groups), "lengths": length_profile(groups),
+            "gold_tokens": gold_lengths(problems, gold_solution, count_tokens),
+            "budgets": {str(b): budget_profile(groups, b) for b in budgets}}
 
 
 if __name__ == "__main__":
