@@ -10,7 +10,7 @@ import pytest
 tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11's tomllib")
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-PACKAGES = ("reasoning", "reward_models", "rl", "inference")
+PACKAGES = ("reasoning", "backends", "reward_models", "rl", "inference")
 
 
 def test_license_is_an_spdx_string_with_its_file():

