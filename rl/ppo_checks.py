@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from reasoning.problem_sets import is_world_name
 from reward_models.load import kinds_of
+from rl.ppo_math import ESTIMATORS, REWARD_SCALES
 from rl.rewards import REWARDS, check_no_added_rewards
 
 AUTO = "auto"
@@ -107,8 +108,6 @@ def check_ranges(config) -> None:
 def check_estimator_settings(config) -> None:
     """What the chosen estimator's registered flags allow: groups need two samples or more, reward
     scales and dropped flat groups need the group estimator's, and Monte Carlo values their own settings."""
-    from rl.ppo_math import ESTIMATORS, REWARD_SCALES
-
     estimator = ESTIMATORS[config.advantage_estimator]
     if estimator.groups and config.num_generations < 2:
         raise ValueError(f"--advantage_estimator {config.advantage_estimator} needs --num_generations >= 2")

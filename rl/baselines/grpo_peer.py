@@ -33,8 +33,8 @@ if __package__ in (None, ""):
 
 from reasoning.jsonl import write_jsonl  # noqa: E402
 from reasoning.prompts import solve_prompt  # noqa: E402
-from reasoning.threads import threads_for_baseline  # noqa: E402
 from reasoning.types import Problem  # noqa: E402
+from rl.baselines.start import start_baseline  # noqa: E402
 from rl.ppo_cli import parse_with_ppo_settings  # noqa: E402
 from rl.ppo_config import ConfigError, StepPPOConfig  # noqa: E402
 from rl.rewards import answer_check  # noqa: E402
@@ -116,12 +116,10 @@ def _probe_callback(probe_accuracy, metrics_path: Path, batch: int, every: int, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args, _ = parse(argv)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
+    started = start_baseline(parse, argv)
+    if started is None:
         return 2
-    threads_for_baseline(args.num_threads)
+    args, _, run = started
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, set_seed
@@ -131,8 +129,6 @@ def main(argv: list[str] | None = None) -> int:
     from rl.greedy_accuracy import compare_greedy_rows, greedy_eval
     from rl.ppo_setup import load_problems
 
-    run = RunDir(args.output_dir)
-    run.root.mkdir(parents=True, exist_ok=True)
     # the PPO run's problems: world train prompts (a seed SFT never saw), test split, dev probe
     _, train_rows = load_problems("world", args.n_prompts, args, "train")
     evaluation = load_problems("world", args.n_eval, args, "test")[0]

@@ -34,7 +34,7 @@ if __package__ in (None, ""):
 from reasoning.jsonl import write_jsonl  # noqa: E402
 from reasoning.prompts import solve_prompt  # noqa: E402
 from reasoning.steps import answer_correct, has_answer, split_steps  # noqa: E402
-from reasoning.threads import threads_for_baseline  # noqa: E402
+from rl.baselines.start import start_baseline  # noqa: E402
 from rl.ppo_cli import parse_with_ppo_settings  # noqa: E402
 from rl.ppo_config import ConfigError, StepPPOConfig  # noqa: E402
 from rl.run_dir import RunDir  # noqa: E402
@@ -143,12 +143,10 @@ def n_prompts(args: StepPPOConfig) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args, own = parse(argv)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
+    started = start_baseline(parse, argv)
+    if started is None:
         return 2
-    threads_for_baseline(args.num_threads)
+    args, own, run = started
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 
@@ -158,8 +156,6 @@ def main(argv: list[str] | None = None) -> int:
     from rl.ppo_setup import load_problems
     from rl.problem_hooks import WORLD_HOOKS
 
-    run = RunDir(args.output_dir)
-    run.root.mkdir(parents=True, exist_ok=True)
     # the PPO run's problems: the first of its world train prompts, and the test split
     train = load_problems("world", n_prompts(args), args, "train")[0]
     test = load_problems("world", args.n_eval, args, "test")[0]
