@@ -1,4 +1,5 @@
-"""Where tensors live under each launcher: one process, DDP, DeepSpeed ZeRO-2 and ZeRO-3.
+"""Where tensors live under each launcher: one process, DDP, DeepSpeed ZeRO-2 and ZeRO-3, FSDP2
+(its own module, `rl.fsdp2`, reached through the functions here).
 
 The trainer's loop is the same under every launcher; this module holds what differs:
 
@@ -23,6 +24,8 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 
+from rl import fsdp2
+
 
 def log(msg: str) -> None:
     print(f"[ppo_step] {msg}", file=sys.stderr, flush=True)
@@ -42,6 +45,7 @@ def distributed_state():
     accelerate picks no backend there, and each rank would believe it is process 0 of 1."""
     from accelerate import PartialState
 
+    fsdp2.take_over_launch()  # FSDP2: a plain data-parallel state; the trainer shards (rl.fsdp2)
     if deepspeed_launch() and not has_gpu() and int(os.environ.get("LOCAL_RANK", -1)) != -1:
         return PartialState(backend="gloo")
     return PartialState()
@@ -160,7 +164,12 @@ def gathered(module, accelerator, engine=None):
     `engine`: the DeepSpeed engine that trains `module`. Its ZeRO-3 hooks fetch and release each
     submodule's shards around every forward; with the weights already gathered they only cost time,
     once per submodule per generated token (9x slower generation than ZeRO-2 on one H200). With an
-    engine given, they are taken off for the block and registered again after it."""
+    engine given, they are taken off for the block and registered again after it. Under FSDP2 the
+    module's shards are all-gathered for the block (`rl.fsdp2.whole`)."""
+    if fsdp2.is_sharded(module):
+        with fsdp2.whole(module):
+            yield
+        return
     if zero_stage(accelerator) != 3:
         yield
         return
@@ -191,7 +200,10 @@ def gathered_state_dict(module, accelerator, only_trainable: bool = False) -> di
     """Under ZeRO-3, `module`'s whole weights on CPU for `save_pretrained(state_dict=...)`,
     gathered one parameter at a time (collective: every rank calls it) and kept on the main
     process; `only_trainable`: the parameters that train (a LoRA adapter's). None where the
-    weights are whole already (no ZeRO-3) and on the other ranks."""
+    weights are whole already (no ZeRO-3) and on the other ranks. Under FSDP2 the shards gathered
+    (`rl.fsdp2.full_state_dict`)."""
+    if fsdp2.is_sharded(module):
+        return fsdp2.full_state_dict(module, only_trainable=only_trainable)
     if zero_stage(accelerator) != 3:
         return None
     import deepspeed
@@ -215,10 +227,11 @@ def gathered_state_dict(module, accelerator, only_trainable: bool = False) -> di
 @torch.no_grad()
 def fingerprint(module, accelerator) -> list[float]:
     """Two numbers that change with any weight of `module` (its whole weights, gathered under
-    ZeRO-3): the sum and a position-weighted sum of every parameter. Collective."""
+    ZeRO-3, all-gathered under FSDP2): the sum and a position-weighted sum of every parameter.
+    Collective."""
     total = torch.zeros(2, dtype=torch.float64)
     partitioned = zero_stage(accelerator) == 3
-    for k, (_, p) in enumerate(module.named_parameters()):
+    for k, (_, p) in enumerate(fsdp2.full_parameters(module)):
         context = nullcontext()
         if partitioned and _is_partitioned(p):
             import deepspeed

@@ -11,8 +11,8 @@ import torch
 
 from reward_models.implicit_prm import find_implicit
 from rl import distributed as D
+from rl import fsdp2, tracking
 from rl import ppo_math as M
-from rl import tracking
 from rl.ppo_config import StepPPOConfig
 
 
@@ -32,14 +32,40 @@ def make_accelerator(config: StepPPOConfig, policy):
     DeepSpeed its settings made from the PPO settings (rl.distributed.configure_deepspeed)."""
     from accelerate import Accelerator
 
-    precision = "bf16" if config.bf16 else getattr(config, "mixed_precision", None) or "no"
-    accelerator = Accelerator(mixed_precision=precision, **tracking.accelerator_kwargs(config))
+    precision = run_precision(config)
+    # under FSDP2, bf16 is FSDP's own mixed precision (rl.fsdp2.shard), not accelerate's autocast
+    accelerator = Accelerator(mixed_precision="no" if fsdp2.settings() else precision,
+                              **tracking.accelerator_kwargs(config))
     hidden = getattr(getattr(policy, "config", None), "hidden_size", None)
     said = D.configure_deepspeed(accelerator, config.prompts_per_update * config.num_generations
                                  // config.num_mini_batches, config.max_grad_norm, hidden)
     if said and accelerator.is_main_process:
         D.log(f"DeepSpeed ZeRO-{D.zero_stage(accelerator)}: " + "; ".join(said))
     return accelerator
+
+
+def run_precision(config: StepPPOConfig) -> str:
+    """--bf16, else the launcher's mixed precision ("no", "bf16" or "fp16")."""
+    return "bf16" if config.bf16 else getattr(config, "mixed_precision", None) or "no"
+
+
+def prepared(config: StepPPOConfig, accelerator, model, policy, critic):
+    """(model, optimizer, schedule) placed for the launcher: handed to `accelerator.prepare` (DDP,
+    DeepSpeed), or under FSDP2 the policy and critic sharded first (`rl.fsdp2.shard`: the optimizer
+    must hold the sharded parameters) and nothing handed to accelerate, which would wrap the
+    sharded model in DDP; the trainer steps them itself."""
+    settings = fsdp2.settings()
+    if settings is None:
+        optimizer, scheduler = optimizer_and_schedule(config, policy, critic, accelerator)
+        return accelerator.prepare(model, optimizer, scheduler)
+    parts = [m for m in (policy, critic) if m is not None]
+    said = fsdp2.shard(parts, accelerator.device, run_precision(config), settings)
+    if accelerator.is_main_process:
+        D.log("; ".join(said))
+    local, total = fsdp2.held_share(parts)  # every rank says what it holds: the check that it sharded
+    D.log(f"FSDP2 rank {accelerator.process_index}: holds {local} of {total} parameter elements (DTensor shards)")
+    optimizer, scheduler = optimizer_and_schedule(config, policy, critic, accelerator)
+    return model, optimizer, scheduler
 
 
 def frozen_reference(policy, ref_policy, accelerator, is_peft: bool):
@@ -86,8 +112,8 @@ def optimizer_and_schedule(config: StepPPOConfig, policy, critic, accelerator):
                        "lr": config.critic_learning_rate or config.learning_rate})
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay,
                                   eps=config.adam_epsilon, betas=(config.adam_beta1, config.adam_beta2))
-    total_steps = scheduler_steps(config, accelerator.num_processes,
-                                  deepspeed=accelerator.state.deepspeed_plugin is not None)
+    unprepared = accelerator.state.deepspeed_plugin is not None or fsdp2.settings() is not None
+    total_steps = scheduler_steps(config, accelerator.num_processes, deepspeed=unprepared)
     warmup = config.get_warmup_steps(total_steps) if hasattr(config, "get_warmup_steps") else 0
     scheduler = get_scheduler(config.lr_scheduler_type, optimizer, num_warmup_steps=warmup,
                               num_training_steps=total_steps)
@@ -98,7 +124,8 @@ def scheduler_steps(config: StepPPOConfig, num_processes: int, deepspeed: bool =
     """Scheduler steps of a whole run. accelerate's prepared scheduler advances `num_processes`
     times per optimizer step (it assumes the batch grew with the processes), so the schedule's
     length is the optimizer steps times the processes, or a linear schedule would end early; under
-    DeepSpeed the engine steps the scheduler itself, once per optimizer step."""
+    DeepSpeed the engine steps the scheduler itself, once per optimizer step, and under FSDP2 the
+    trainer steps its unprepared scheduler once per optimizer step (`deepspeed` true for both)."""
     steps = config.max_steps * config.num_iterations * config.num_mini_batches
     return steps if deepspeed else steps * max(1, num_processes)
 

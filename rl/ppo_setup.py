@@ -31,6 +31,7 @@ from reasoning.types import Problem
 from reasoning.world import world_config_of
 from reward_models.load import check_spec, load_verifier, psv_dir_kind, spec_parts
 from reward_models.psv import init_psv_from_policy, load_psv_model
+from rl import fsdp2
 from rl.distributed import deepspeed_launch, has_gpu, whole_weights
 from rl.ppo_checks import AUTO
 from rl.ppo_config import BUILDABLE_VERIFIERS, DEFAULT_POLICY, ConfigError, StepPPOConfig
@@ -101,6 +102,10 @@ def check_launch(args: StepPPOConfig) -> None:
     """ValueError, before any model loads, for a launch whose settings cannot work: DeepSpeed or vLLM
     asked for and not installed, or vLLM on a machine without a GPU with a policy whose attention
     heads are narrower than its CPU build runs."""
+    fsdp2.check_launch_config()
+    if fsdp2.fsdp_launch() and args.use_vllm:
+        raise ValueError("--use_vllm true is not run under FSDP2 yet (the engine's weight sync reads whole "
+                         "parameters); use DDP or DeepSpeed with --use_vllm, or FSDP2 with --use_vllm false")
     if deepspeed_launch() and importlib.util.find_spec("deepspeed") is None:
         raise ValueError("the accelerate config asks for DeepSpeed, which is not installed: "
                          "pip install -c constraints.txt 'steprl[deepspeed]'")

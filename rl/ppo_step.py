@@ -26,8 +26,14 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 def main(argv: list[str] | None = None) -> int:
     import json
 
+    from rl import fsdp2
     from rl.distributed import distributed_state
 
+    try:  # before the settings are parsed: TrainingArguments makes accelerate's process state
+        fsdp2.take_over_launch()
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     checked = _checked_settings(argv)
     if checked is None:
         return 2

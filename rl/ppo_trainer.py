@@ -34,9 +34,9 @@ from torch import nn
 from reasoning.jsonl import write_jsonl
 from reasoning.types import Problem
 from rl import distributed as D
+from rl import fsdp2, tracking
 from rl import ppo_math as M
 from rl import ppo_prepare as P
-from rl import tracking
 from rl.batches import Advantages, LogProbs, Rollouts, StepValues
 from rl.greedy_accuracy import compare_greedy_rows
 from rl.hub import push_folder
@@ -129,9 +129,7 @@ class StepPPOTrainer:
         critic = P.kept_critic(config, critic)
         self.model = PolicyAndCritic(policy, critic)
         D.match_trainable_dtype(self.model, self.accelerator)  # DeepSpeed flattens them into one buffer
-        self.optimizer, self.scheduler = P.optimizer_and_schedule(config, policy, critic, self.accelerator)
-        self.model, self.optimizer, self.scheduler = self.accelerator.prepare(self.model, self.optimizer,
-                                                                              self.scheduler)
+        self.model, self.optimizer, self.scheduler = P.prepared(config, self.accelerator, self.model, policy, critic)
         self.ref_policy = None if ref_policy is None else P.placed_reference(ref_policy, self.accelerator)
         self.kl_ctl = (M.AdaptiveKLController(config.beta, config.kl_target, config.kl_horizon) if config.adaptive_kl
                        else M.FixedKLController(config.beta))
@@ -341,7 +339,9 @@ class StepPPOTrainer:
         if self.accelerator.is_main_process and tmp.exists():
             shutil.rmtree(tmp)
         self.accelerator.wait_for_everyone()
-        self.accelerator.save_state(str(tmp))
+        self.accelerator.save_state(str(tmp))  # under FSDP2: the RNG states only (nothing was prepared)
+        if fsdp2.settings() is not None:
+            fsdp2.save(self.model, self.optimizer, self.scheduler, tmp, self.accelerator.is_main_process)
         policy_weights = self._gathered_policy_weights()  # collective under ZeRO-3
         self.accelerator.wait_for_everyone()  # every rank's files (its RNG state, its shard) are in tmp
         final = self.run.checkpoint(self.update)
@@ -370,6 +370,8 @@ class StepPPOTrainer:
 
     def load_checkpoint(self, path: Path) -> None:
         self.accelerator.load_state(str(path))
+        if fsdp2.settings() is not None:
+            fsdp2.load(self.model, self.optimizer, self.scheduler, path)
         state = RunDir.resume_state(path)
         self.update = state["update"]
         self.skipped_batches = state["skipped_batches"]

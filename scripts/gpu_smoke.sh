@@ -2,7 +2,7 @@
 # The scale-path checks in one prepared run, the same script on a GPU machine and on a CPU one:
 #   PPO for a few updates each: bf16 on one process, DeepSpeed ZeRO-2, ZeRO-3, then ZeRO-3 generation
 #   with the engine's fetch hooks on and off (scripts/gpu_smoke_zero3.py), LoRA (under ZeRO-3),
-#   the two-machine ZeRO-3 recipe as local processes, DDP, vLLM rollouts (colocated engine, weight
+#   the two-machine ZeRO-3 recipe as local processes, DDP, FSDP2 (full and LoRA), vLLM rollouts (colocated engine, weight
 #   sync every update); then scripts/gpu_smoke_vllm.py: vLLM against HF generation (greedy, field by
 #   field), rollout tokens/s of vLLM against HF generate, and the LoRA weight sync into a live engine.
 # On a GPU machine the multi-process cases use min(2, GPUs) processes (NCCL); on a machine without
@@ -18,7 +18,8 @@
 #   (built here first when absent and that module is installed). No Hub access is needed. CI runs
 #   the script on a tiny world policy (tests/test_gpu_smoke.py).
 # --work: where runs and logs go (default: a new /tmp/gpu_smoke.XXXX).
-# --only: a comma list of cases (bf16 zero2 zero3 zero3_gen lora multinode ddp vllm_rollouts vllm_checks).
+# --only: a comma list of cases (bf16 zero2 zero3 zero3_gen lora multinode ddp fsdp2 fsdp2_lora vllm_rollouts
+#   vllm_checks).
 # --budget: seconds for the whole run (default 570); a case that would start after it is SKIPped,
 #   and each case's time limit is cut to what is left.
 # --steps: PPO updates per case (default 3).
@@ -34,7 +35,7 @@ ONLY=""
 BUDGET=570
 STEPS=3
 DRY=0
-ALL_CASES="bf16 zero2 zero3 zero3_gen lora multinode ddp vllm_rollouts vllm_checks"
+ALL_CASES="bf16 zero2 zero3 zero3_gen lora multinode ddp fsdp2 fsdp2_lora vllm_rollouts vllm_checks"
 usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -187,6 +188,9 @@ if wanted ddp; then
     row ddp 2 SKIP 0 - - "one GPU"
   fi
 fi
+# FSDP2 (the trainer's own fully_shard path, rl/fsdp2.py): full fine-tuning, then LoRA on policy and critic
+wanted fsdp2 && ppo_case fsdp2 "$PROCS" - --config_file configs/accelerate/fsdp2.yaml --
+wanted fsdp2_lora && ppo_case fsdp2_lora "$PROCS" - --config_file configs/accelerate/fsdp2.yaml -- --use_peft true --lora_r 8
 HEAD_DIM=$( [ $DRY = 1 ] && echo 64 || "$PY" -c "import sys; sys.path.insert(0, '.'); from backends.model_files import head_dim_of; print(head_dim_of(sys.argv[1]) or 0)" "$MODEL" 2>/dev/null || echo 0)
 if wanted vllm_rollouts; then
   if [ $HAS_VLLM = 1 ] && [ "$DEVICE" = cpu ] && [ "$HEAD_DIM" -lt 32 ]; then

@@ -33,8 +33,8 @@ def test_every_case_is_prepared_and_parses():
     from rl.ppo_config import StepPPOConfig
 
     commands = dry_commands()
-    assert list(commands) == ["bf16", "zero2", "zero3", "zero3_gen", "lora", "multinode", "ddp", "vllm_rollouts",
-                              "vllm_checks"]
+    assert list(commands) == ["bf16", "zero2", "zero3", "zero3_gen", "lora", "multinode", "ddp", "fsdp2",
+                              "fsdp2_lora", "vllm_rollouts", "vllm_checks"]
     zero3_gen = commands["zero3_gen"]
     assert zero3_gen[1] == "scripts/gpu_smoke_zero3.py"
     assert zero3_gen[zero3_gen.index("--hidden") + 1] == "576" and zero3_gen[zero3_gen.index("--layers") + 1] == "30"
@@ -47,16 +47,18 @@ def test_every_case_is_prepared_and_parses():
         assert launch[1:3] == ["-m", "accelerate.commands.launch"]
         if "--config_file" in launch:
             config = ClusterConfig.from_yaml_file(str(ROOT / launch[launch.index("--config_file") + 1]))
-            stages[name] = (config.deepspeed_config or {}).get("zero_stage")
+            stages[name] = (config.deepspeed_config or {}).get("zero_stage") or (config.fsdp_config or {}).get(
+                "fsdp_version") and f"fsdp{config.fsdp_config['fsdp_version']}"
         (args,) = TrlParser((StepPPOConfig,)).parse_args_and_config(args=ppo)  # bf16 parses on a CPU too
         args.validate()
         assert args.model_name_or_path == "/models/smol" and args.output_dir == f"/tmp/smoke/{name}"
         assert "--bf16" in ppo and ppo[ppo.index("--bf16") + 1] == "true"
-        if name == "lora":
+        if name in ("lora", "fsdp2_lora"):
             assert args.use_peft
         if name == "vllm_rollouts":
             assert args.use_vllm
     assert stages["zero2"] == 2 and stages["zero3"] == 3 and stages["lora"] == 3 and stages["multinode"] == 3
+    assert stages["fsdp2"] == stages["fsdp2_lora"] == "fsdp2"
     spec = importlib.util.spec_from_file_location("gpu_smoke_vllm", ROOT / "scripts" / "gpu_smoke_vllm.py")
     vllm_smoke = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(vllm_smoke)
@@ -104,14 +106,15 @@ def test_the_same_script_runs_every_ppo_case_on_this_cpu(tmp_path):
     env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(ROOT))
     env.pop("ACCELERATE_USE_CPU", None)
     done = subprocess.run(["bash", str(SCRIPT), "--model", str(model), "--work", str(tmp_path / "work"), "--steps", "2",
-                           "--only", "bf16,zero2,zero3,zero3_gen,lora,multinode,ddp,vllm_rollouts"],
+                           "--only", "bf16,zero2,zero3,zero3_gen,lora,multinode,ddp,fsdp2,fsdp2_lora,vllm_rollouts"],
                           cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
     lines = done.stdout.splitlines()
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert lines[0].startswith("device: cpu")
     header = next(i for i, line in enumerate(lines) if line.split()[:3] == ["case", "procs", "result"])
     rows = {line.split()[0]: line.split() for line in lines[header + 1:] if line and not line.startswith("total")}
-    for case, procs in (("bf16", "1"), ("zero2", "2"), ("zero3", "2"), ("lora", "2"), ("multinode", "2"), ("ddp", "2")):
+    for case, procs in (("bf16", "1"), ("zero2", "2"), ("zero3", "2"), ("lora", "2"), ("multinode", "2"), ("ddp", "2"),
+                          ("fsdp2", "2"), ("fsdp2_lora", "2")):
         assert rows[case][1:3] == [procs, "PASS"], rows[case]
         assert float(rows[case][4]) > 0 and float(rows[case][5]) > 0  # seconds per update, peak memory
     assert rows["zero3_gen"][1:3] == ["1", "PASS"], rows["zero3_gen"]

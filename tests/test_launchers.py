@@ -79,6 +79,7 @@ LAUNCHERS = {
     "ddp": (["--config_file", str(ACCEL / "ddp.yaml"), "--num_processes", "2"], {"ACCELERATE_USE_CPU": "1"}),
     "zero2": (["--config_file", str(ACCEL / "zero2.yaml"), "--num_processes", "2"], {}),
     "zero3": (["--config_file", str(ACCEL / "zero3.yaml"), "--num_processes", "2"], {}),
+    "fsdp2": (["--config_file", str(ACCEL / "fsdp2.yaml"), "--num_processes", "2"], {}),
 }
 
 
@@ -119,8 +120,28 @@ def float32_runs(models, tmp_path_factory):
     outs = {}
     for name in LAUNCHERS:
         outs[name] = root / name
-        launch(float32(name), LAUNCHERS[name][1], ppo_args(models, outs[name]))
+        done = launch(float32(name), LAUNCHERS[name][1], ppo_args(models, outs[name]))
+        (root / f"{name}.stderr").write_text(done.stderr)
     return outs
+
+
+@needs_deepspeed
+def test_fsdp2_on_a_cpu_shards_for_real(float32_runs):
+    """accelerate turns FSDP on only for GPU-like devices: launched on a CPU it would train unsharded,
+    silently. Under the trainer's FSDP2 path each rank holds half of the policy's and critic's
+    parameter elements (DTensor shards; an odd-sized dimension splits one apart), and says so."""
+    stderr = (float32_runs["fsdp2"].parent / "fsdp2.stderr").read_text()
+    held = {}
+    for line in stderr.splitlines():
+        if "FSDP2 rank " in line and "holds" in line:
+            words = line.split("FSDP2 rank ", 1)[1].split()
+            held[int(words[0].rstrip(":"))] = (int(words[2]), int(words[4]))
+    assert sorted(held) == [0, 1], stderr[-2000:]
+    total = held[0][1]
+    assert held[1][1] == total and held[0][0] + held[1][0] == total
+    assert all(abs(local - total / 2) <= 0.01 * total for local, _ in held.values()), held
+    ddp = (float32_runs["ddp"].parent / "ddp.stderr").read_text()
+    assert "FSDP2 rank" not in ddp
 
 
 @needs_deepspeed
@@ -141,8 +162,10 @@ def test_every_launcher_runs_a_verifier_reward_with_a_critic_checkpoints_evaluat
 
 @needs_deepspeed
 def test_launchers_agree_on_the_policy_after_the_same_updates(float32_runs, models):
-    """ZeRO-3 partitions the parameters and reduce-scatters, and ZeRO-2 sums the gradient norm that
-    clipping divides by partition by partition, so both round apart from DDP (ZeRO-2 by one or two
+    """ZeRO-3 and FSDP2 partition the parameters and reduce-scatter the gradients (summing in
+    another order than DDP's all-reduce, and FSDP2's clipping norm is a sum of per-shard norms),
+    and ZeRO-2 sums the gradient norm that clipping divides by partition by partition, so all three
+    round apart from DDP (ZeRO-2 by one or two
     ulps, 7.5e-9 at most, once the default step reward's gradients are clipped). The tolerance,
     1e-5 on every weight, is 0.25% of how far a weight moved (Adam at lr 1e-3 for 4 steps: about
     4e-3) and about 50 times the largest difference measured (1.7e-7)."""
@@ -155,7 +178,7 @@ def test_launchers_agree_on_the_policy_after_the_same_updates(float32_runs, mode
         assert all(weights[k].shape == start[k].shape for k in start), name
         moved = max((weights[k] - start[k]).abs().max().item() for k in start)
         assert moved > 1e-3, (name, moved)  # the comparison below is not between untouched copies
-    for name in ("zero2", "zero3"):
+    for name in ("zero2", "zero3", "fsdp2"):
         diff = max((policies[name][k] - policies["ddp"][k]).abs().max().item() for k in start)
         assert diff <= 1e-5, (name, diff)
 
@@ -241,6 +264,16 @@ def test_the_two_machine_zero3_recipe_runs_as_two_local_processes(models, tmp_pa
                 "--machine_rank", "0", "--main_process_ip", "127.0.0.1"]
     done = launch(launcher, {}, ppo_args(models, out, "--reward", "gold", "--advantage_estimator", "group"))
     assert "ZeRO-3" in done.stderr and "partitioned" in done.stderr
+    assert json.loads((out / "eval.json").read_text())["processes"] == 2
+    assert (out / "policy" / "model.safetensors").exists()
+
+
+def test_the_two_machine_fsdp2_recipe_runs_as_two_local_processes(models, tmp_path):
+    out = tmp_path / "multinode"
+    launcher = ["--config_file", str(ACCEL / "fsdp2_multinode.yaml"), "--num_machines", "1", "--num_processes", "2",
+                "--machine_rank", "0", "--main_process_ip", "127.0.0.1", "--mixed_precision", "no"]
+    done = launch(launcher, {}, ppo_args(models, out, "--reward", "gold", "--advantage_estimator", "group"))
+    assert "FSDP2 over 2 ranks" in done.stderr and "FSDP2 rank 1: holds" in done.stderr
     assert json.loads((out / "eval.json").read_text())["processes"] == 2
     assert (out / "policy" / "model.safetensors").exists()
 
@@ -410,4 +443,28 @@ def test_launches_that_cannot_work_stop_before_any_model_loads(models, tmp_path,
     assert ppo_step.main(base) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "attention head dimension of at least 32" in err[0] and "has 16" in err[0]
+    assert not (tmp_path / "run").exists()
+
+
+def test_fsdp_configs_the_trainer_does_not_run_stop_in_one_line(models, tmp_path, capsys, monkeypatch):
+    """FSDP1, parameter offload, and vLLM rollouts under FSDP2 are refused in one line, exit 2,
+    before any model loads (the environment is what `accelerate launch` sets from a config)."""
+    from rl import fsdp2, ppo_step
+
+    monkeypatch.setattr(fsdp2, "_SETTINGS", None)
+    monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)  # restored after: the FSDP2 path may set it
+    base = ["--model_name_or_path", str(models / "policy"), "--build_missing", "false", "--output_dir",
+            str(tmp_path / "run"), "--reward", "gold", "--advantage_estimator", "group"]
+    cases = [({"FSDP_VERSION": "1"}, base, "FSDP version 1: the trainer runs FSDP2 only"),
+             ({"FSDP_VERSION": "2", "FSDP_OFFLOAD_PARAMS": "true"}, base, "fsdp_offload_params: true"),
+             ({"FSDP_VERSION": "2", "FSDP_OFFLOAD_PARAMS": "false"}, [*base, "--use_vllm", "true"],
+              "--use_vllm true is not run under FSDP2")]
+    for env, argv, said in cases:
+        monkeypatch.setattr(fsdp2, "_SETTINGS", None)
+        monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        assert ppo_step.main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and said in err[0], err
     assert not (tmp_path / "run").exists()
