@@ -179,8 +179,9 @@ class StepPPOConfig(TrainingArguments):
     )
     use_vllm: bool = field(
         default=False,
-        metadata={"help": "Sample rollouts with a colocated vLLM engine (GPU, the [vllm] extra, a clear error without "
-                          "it: it gets the policy's weights before every rollout; see docs/ppo.md); false: "
+        metadata={"help": "Sample rollouts with vLLM: a colocated engine (GPU, the [vllm] extra, a clear error without "
+                          "it: it gets the policy's weights before every rollout; see docs/ppo.md) or a server "
+                          "(--vllm_mode server); false: "
                           "transformers generate (was --rollout_backend hf|vllm)."},
     )
     vllm_gpu_memory_utilization: float = field(
