@@ -180,18 +180,26 @@ def server(policy_dir, tmp_path_factory):
                 break
             except ServerError:
                 if proc.poll() is not None or time.time() > deadline:
+                    _stop(proc)
                     pytest.fail(f"the server did not start: {Path(log.name).read_text()[-3000:]}")
                 time.sleep(2)
     finally:
         client.close()
     yield url, proc
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+    _stop(proc)
     log.close()
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """The server this module started, and its engine process (its process group), stopped."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
 
 
 def _ppo_args(policy_dir: Path, out: Path, url: str, *extra: str) -> list[str]:
@@ -206,24 +214,35 @@ def _ppo_args(policy_dir: Path, out: Path, url: str, *extra: str) -> list[str]:
             "--report_to", "none", *extra]
 
 
+CPU_2PROC = ROOT / "configs" / "accelerate" / "cpu_2proc.yaml"
+CASES = {
+    # name: (launcher before the helper, environment, processes, extra PPO flags)
+    "1proc_full": ([sys.executable], {}, 1, []),
+    "1proc_lora": ([sys.executable], {}, 1, ["--use_peft", "true", "--lora_r", "4"]),
+    "2proc_full": ([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CPU_2PROC)],
+                   {"ACCELERATE_USE_CPU": "1"}, 2, []),
+}
+
+
 @needs_vllm
 @pytest.mark.slow
-@pytest.mark.parametrize("case, extra", [("full", []), ("lora", ["--use_peft", "true", "--lora_r", "4"])])
-def test_ppo_samples_from_the_server_and_pushes_after_every_update(policy_dir, server, tmp_path, case, extra):
+@pytest.mark.parametrize("case", list(CASES))
+def test_ppo_samples_from_the_server_and_pushes_after_every_update(policy_dir, server, tmp_path, case):
     url, _ = server
+    launcher, env, processes, extra = CASES[case]
     out, checks = tmp_path / "run", tmp_path / "checks"
-    done = subprocess.run([sys.executable, str(HELPER), "ppo", str(checks), "--", *_ppo_args(policy_dir, out, url,
-                                                                                             *extra)],
-                          env=_env(), capture_output=True, text=True, timeout=600, cwd=ROOT)
+    done = subprocess.run([*launcher, str(HELPER), "ppo", str(checks), "--", *_ppo_args(policy_dir, out, url, *extra)],
+                          env=_env(**env), capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((out / "eval.json").read_text())
-    assert result["updates"] == 2
+    assert result["updates"] == 2 and result["processes"] == processes
+    assert not (checks / "rank1.jsonl").exists()  # rank 0 alone pushes; every rank samples
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all(r["rollout/response_tokens"] > 0 for r in rows)
     pushes = [json.loads(line) for line in (checks / "rank0.jsonl").read_text().splitlines()]
     # one push before each update's rollout: the starting weights, then the weights after update 1
     assert [p["push"] for p in pushes] == [1, 2], case
-    assert all(p["lora"] == (case == "lora") for p in pushes)
+    assert all(p["lora"] == case.endswith("lora") for p in pushes)
     assert all(p["files"] and "model.safetensors" in p["files"] for p in pushes)  # merged: no adapter files
     for p in pushes:
         assert p["equal"], (case, p["push"], p["server"], p["hf"])  # token for token after the push
