@@ -253,13 +253,15 @@ def test_ppo_samples_from_the_server_and_pushes_after_every_update(policy_dir, s
 @needs_vllm
 @pytest.mark.slow
 def test_a_server_killed_mid_run_stops_the_run_in_one_line_with_a_checkpoint(policy_dir, server, tmp_path):
-    """Runs last in this module: it kills the module's server."""
+    """Runs last in this module: it kills the module's server. Two processes: the rank whose request
+    failed and the rank whose did not (or that waits at the push) stop alike, neither waits for the other."""
     url, proc = server
     out = tmp_path / "run"
     args = _ppo_args(policy_dir, out, url, "--vllm_server_timeout", "20")
     args[args.index("--max_steps") + 1] = "200"
+    launcher, env, _, _ = CASES["2proc_full"]
     with open(tmp_path / "stderr", "w") as err_file:
-        run = subprocess.Popen([sys.executable, "-m", "rl.ppo_step", *args], env=_env(), cwd=ROOT,
+        run = subprocess.Popen([*launcher, str(ROOT / "rl" / "ppo_step.py"), *args], env=_env(**env), cwd=ROOT,
                                stdout=subprocess.DEVNULL, stderr=err_file)
         deadline = time.time() + 300
         while not ((out / "metrics.jsonl").exists() and (out / "metrics.jsonl").read_text().strip()):
