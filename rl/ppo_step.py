@@ -63,7 +63,14 @@ def main(argv: list[str] | None = None) -> int:
         verifier = load_verifier_for(args, train_rows, state.device)
     trainer = StepPPOTrainer(args, policy, tokenizer, critic, verifier, train, evaluation, ref_policy=reference,
                              probe_problems=probe, prompt_too_long=prompt_too_long)
-    result = trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+    from backends.vllm_server import ServerError
+
+    try:
+        result = trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+    except ServerError as err:  # --vllm_mode server: the trainer stopped with a checkpoint saved
+        if state.is_main_process:
+            print(f"error: {err}", file=sys.stderr, flush=True)
+        return 1
     if state.is_main_process:
         print(json.dumps({k: v for k, v in result.items() if not isinstance(v, dict)}))
         print(wrote_line(args.output_dir))

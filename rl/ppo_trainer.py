@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from backends.vllm_server import ServerError
 from reasoning.jsonl import write_jsonl
 from reasoning.types import Problem
 from rl import distributed as D
@@ -401,13 +402,26 @@ class StepPPOTrainer:
         # the clock counts training (the updates and their probes) from here, as TRL's trainer.train()
         # does for the GRPO peer: the greedy evaluation before training and the first probe are not in it
         self.segment_start = time.time()
-        self._updates(probing)
+        try:
+            self._updates(probing)
+        except ServerError as err:  # --vllm_mode server: the server is down or answered late, on every rank
+            raise self._stopped_by(err) from None
         self.segment_end = time.time()  # the final save and the greedy evaluation after are not training
         self.save_checkpoint()
         result = self._finish(before)
         self.sampler.close()  # vLLM's teardown destroys the process group: before accelerate's
         self.accelerator.end_training()
         return result
+
+    def _stopped_by(self, err: ServerError) -> ServerError:
+        """The run stopped on a failed rollout-server request: the state after the last whole update saved
+        as a checkpoint (collective), the engine and trackers closed; the error to raise, its line extended."""
+        self.segment_end = time.time()
+        final = self.save_checkpoint()
+        self.sampler.close()
+        self.accelerator.end_training()
+        return ServerError(f"{err}; stopped after update {self.update} of {self.args.max_steps}, saved {final} "
+                           "(--resume_from_checkpoint auto continues)")
 
     def _begin(self, resume: str | None) -> bool:
         """The run folder prepared (refusing to mix runs; run_config.json stored) and, when resuming,

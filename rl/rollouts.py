@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from backends.vllm_server import ServerError, VLLMServerClient
 from reasoning.prompts import format_prompts, solve_prompt
 from reasoning.types import Problem
 from rl import distributed as D
@@ -40,6 +41,8 @@ class RolloutSampler:
         self.train_problems = train_problems
         self.out = out
         self.vllm_engine = None
+        self.server: VLLMServerClient | None = None
+        """--vllm_mode server: the client of --vllm_server_url, made on the first rollout."""
 
     @contextmanager
     def policy_for_generation(self):
@@ -62,7 +65,9 @@ class RolloutSampler:
         problems = [p for p in self.prompts_for_update(update) for _ in range(args.num_generations)]
         prompts = format_prompts(tok, [solve_prompt(p.question) for p in problems], args.chat_template)
         torch.manual_seed(args.seed * 100003 + update * 1009 + self.accelerator.process_index)
-        if args.use_vllm:
+        if args.use_vllm and args.vllm_mode == "server":
+            response_lists = self.generate_server(prompts)
+        elif args.use_vllm:
             response_lists = self.generate_vllm(prompts)
         else:
             response_lists = self.generate_hf(prompts)
@@ -129,17 +134,53 @@ class RolloutSampler:
         engine = self.vllm_engine
         assert engine is not None  # made above on the first call
         outputs = engine.generate(inputs, params, use_tqdm=False)
-        eos = tok.eos_token_id
-        result = []
-        for o in outputs:
-            ids = list(o.outputs[0].token_ids)
-            if o.outputs[0].finish_reason == "stop" and (not ids or ids[-1] != eos):
-                ids.append(eos)
-            result.append(ids)
-        return result
+        return [with_eos(list(o.outputs[0].token_ids), o.outputs[0].finish_reason, tok.eos_token_id)
+                for o in outputs]
+
+    def generate_server(self, prompts: list[str]) -> list[list[int]]:
+        """Rollouts from the --vllm_server_url server (`backends.vllm_server`), the token ids it sampled.
+
+        Before each rollout rank 0 writes the policy's current weights (LoRA merged, base names) to
+        --vllm_server_weights_dir and has the server reload them (`push_to_server`); then every rank
+        sends its own prompts, as token ids. A failed request on any rank is a `ServerError` on every
+        rank (one line naming the URL and what failed), raised before any rank goes on alone."""
+        args, tok = self.args, self.tokenizer
+        if self.server is None:
+            self.server = VLLMServerClient(args.vllm_server_url or "", args.vllm_server_timeout)
+        server = self.server
+        directory = Path(args.vllm_server_weights_dir or self.out / "vllm_policy")
+        failure = None
+        with self.policy_for_generation() as policy:  # every rank: gathering ZeRO-3 shards is collective
+            if self.accelerator.is_main_process:
+                try:
+                    push_to_server(server, policy, tok, directory)
+                except ServerError as err:
+                    failure = str(err)
+        self._all_or_none(failure)
+        ids = [tok.encode(p, add_special_tokens=False) for p in prompts]
+        answers: list[tuple[list[int], str]] = []
+        failure = None
+        try:
+            answers = server.complete_ids(ids, args.max_completion_length, args.temperature, args.top_p)
+        except ServerError as err:
+            failure = str(err)
+        self._all_or_none(failure)
+        return [with_eos(sampled, reason, tok.eos_token_id) for sampled, reason in answers]
+
+    def _all_or_none(self, failure: str | None) -> None:
+        """A ServerError on every rank when any rank's request failed (the first failure's line); collective."""
+        if self.accelerator.num_processes > 1:
+            from accelerate.utils import gather_object
+
+            failure = next((f for f in gather_object([failure]) if f), None)
+        if failure:
+            raise ServerError(failure)
 
     def close(self) -> None:
         """The vLLM engine torn down (its teardown destroys the process group: call before accelerate's)."""
+        if self.server is not None:
+            self.server.close()
+            self.server = None
         if self.vllm_engine is not None:
             from backends.vllm import close_engine
 
@@ -228,6 +269,22 @@ class RolloutSampler:
                 heads.extend([body[: end + 1]] * self.args.mc_rollouts)
                 owners.extend([i] * self.args.mc_rollouts)
         return step_ends, heads, owners, unlocated
+
+
+def push_to_server(server: VLLMServerClient, policy, tok, directory: Path) -> None:
+    """The policy's current weights (LoRA merged, base-model names) written to `directory` and reloaded
+    by the server from there (a path the server reads: the same machine or a shared file system)."""
+    from backends.vllm import save_for_vllm
+
+    save_for_vllm(policy, tok, directory)
+    server.reload_weights(directory)
+
+
+def with_eos(ids: list[int], finish_reason: str | None, eos: int) -> list[int]:
+    """vLLM's sampled ids of a completion, with the EOS that ended it (vLLM leaves it out) put back."""
+    if finish_reason == "stop" and (not ids or ids[-1] != eos):
+        return [*ids, eos]
+    return ids
 
 
 def trim_generated(tok, row: list[int]) -> list[int]:
