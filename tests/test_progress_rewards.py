@@ -144,6 +144,26 @@ def test_the_sft_prover_is_the_frozen_reference(policy_dir, tmp_path):  # noqa: 
         assert model is trainer._unwrapped_policy() and model is not trainer.ref_policy
 
 
+def test_under_lora_the_sft_prover_is_the_base_with_its_adapters_off(policy_dir, tmp_path):  # noqa: F811
+    from transformers import AutoModelForCausalLM
+
+    trainer, tok, train = make_trainer(policy_dir, tmp_path, advantage_estimator="group", reward="progress",
+                                       prover="sft", use_peft=True, lora_r=4)
+    policy = trainer._unwrapped_policy()
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.5)  # the adapters now move the policy away from its base
+    ids = tok("<Step> Ava has 3 apples.", return_tensors="pt", add_special_tokens=False)["input_ids"]
+    base = AutoModelForCausalLM.from_pretrained(str(policy_dir)).eval()
+    with torch.no_grad():
+        want = base(input_ids=ids).logits
+        assert not torch.allclose(policy(input_ids=ids).logits, want, atol=1e-4)
+        with trainer.sampler.prover_for_generation("sft") as model:
+            assert torch.allclose(model(input_ids=ids).logits, want, atol=1e-5)
+        assert not torch.allclose(policy(input_ids=ids).logits, want, atol=1e-4)  # adapters back on after
+
+
 # ------------------------------------------------------------------------------------------------
 # real samples: progress telescopes
 
