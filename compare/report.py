@@ -218,7 +218,11 @@ def run_reward(cfg: CompareConfig, name: str) -> str:
     paid = {"gold": "the answer check (1 right, 0 wrong) at the last token",
             "step": "the verifier's score of each step at its end",
             "outcome": "the verifier's score of the whole path at the last token",
-            "step+gold": "the verifier's score of each step and the answer check"}.get(run.reward, run.reward)
+            "step+gold": "the verifier's score of each step and the answer check",
+            "progress": "each step's progress under the prover (its change in the answer-check success rate of "
+                        f"{args.get('prover', 'policy')}'s continuations)",
+            "gold+progress": f"the answer check and {args.get('progress_coef', 1.0)} x each step's progress under "
+                             f"the prover ({args.get('prover', 'policy')})"}.get(run.reward, run.reward)
     if estimator == "mc_values":
         return (f"{paid}, credited to steps by Monte Carlo values ({args.get('mc_rollouts', 4)} continuations "
                 "from each step boundary, graded by the answer check; no verifier)")

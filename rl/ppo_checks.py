@@ -1,12 +1,14 @@
 """Rules on `StepPPOConfig`'s settings that take more than a line (`StepPPOConfig.validate` runs them):
 the credit form a step reward gets by default, the evaluation set of --eval_dataset auto, what
---advantage_estimator mc_values and --verifier_online_update need, and the length-drift guard's settings."""
+--advantage_estimator mc_values, the progress rewards and --verifier_online_update need, and the
+length-drift guard's settings."""
 
 from __future__ import annotations
 
 from reasoning.problem_sets import is_world_name
 from reward_models.load import kinds_of
 from rl.ppo_math import ESTIMATORS, REWARD_SCALES
+from rl.progress import PROVERS
 from rl.rewards import REWARDS, check_no_added_rewards
 
 AUTO = "auto"
@@ -25,11 +27,21 @@ OTHER_FORM = ("raw", "return")
 rewards are one reward per response, so the credit form changes nothing there."""
 
 
+PROGRESS_FORM = ("raw", "own")
+"""(--reward_shaping, --step_credit) of `--reward progress` and `gold+progress` by default: a step's
+progress is already a change of value across it (the prover's, as 'delta' is the verifier's), so it is
+credited to its own tokens as step+gold's delta is (`STEP_REWARD_FORM`; PAV pays each step its own
+progress); the shaping touches verifier scores only."""
+
+
 def resolve_credit_form(config) -> None:
     """--reward_shaping and --step_credit left at 'auto' set from --reward: `STEP_REWARD_FORM` for a
-    reward that pays the verifier's score at every step, `OTHER_FORM` otherwise. A value given is kept."""
+    reward that pays the verifier's score at every step, `PROGRESS_FORM` for progress rewards,
+    `OTHER_FORM` otherwise. A value given is kept."""
     mode = REWARDS[config.reward] if config.reward in REWARDS else None
     shaping, credit = STEP_REWARD_FORM if mode is not None and mode.verifier and mode.steps else OTHER_FORM
+    if mode is not None and mode.progress:
+        shaping, credit = PROGRESS_FORM
     if config.reward_shaping == AUTO:
         config.reward_shaping = shaping
     if config.step_credit == AUTO:
@@ -49,7 +61,8 @@ def check_mc_values(config) -> None:
     rewards of sampled continuations, graded as the gold reward grades a response)."""
     if config.mc_rollouts < 1:
         raise ValueError(f"--mc_rollouts must be >= 1, got {config.mc_rollouts}")
-    if REWARDS[config.reward].verifier or not REWARDS[config.reward].gold:  # the answer check alone
+    mode = REWARDS[config.reward]
+    if mode.verifier or mode.progress or not mode.gold:  # the answer check alone
         raise ValueError("--advantage_estimator mc_values grades its continuations with the answer check: it "
                          f"needs --reward gold, got {config.reward!r}")
     check_no_added_rewards(config.advantage_estimator, len(config.reward_funcs or []), "--reward_funcs")
@@ -62,6 +75,38 @@ def check_mc_values(config) -> None:
     if config.use_vllm:
         raise ValueError("--advantage_estimator mc_values samples its continuations with --use_vllm false only, "
                          "got --use_vllm true")
+
+
+def check_progress(config) -> None:
+    """Settings a progress reward (--reward progress, gold+progress) needs; its own settings refused
+    under any other reward, where they would do nothing."""
+    if config.prover not in PROVERS:
+        raise ValueError(f"--prover must be one of {', '.join(PROVERS)}; got {config.prover!r}")
+    for name in ("progress_rollouts", "prover_best_of"):
+        if getattr(config, name) < 1:
+            raise ValueError(f"--{name} must be >= 1, got {getattr(config, name)}")
+    if not REWARDS[config.reward].progress:
+        changed = [f"--{name}" for name, default in PROGRESS_DEFAULTS.items() if getattr(config, name) != default]
+        if changed:
+            raise ValueError(f"{changed[0]} applies to --reward progress and gold+progress only, got --reward "
+                             f"{config.reward}")
+        return
+    if config.use_vllm:
+        raise ValueError(f"--reward {config.reward} samples the prover's continuations with --use_vllm false only, "
+                         "got --use_vllm true")
+    if config.gamma != 1:
+        raise ValueError(f"--reward {config.reward}: a step's progress is an undiscounted change of the prover's "
+                         f"chance (--gamma 1), got --gamma {config.gamma}")
+    if config.reward_normalize:
+        raise ValueError(f"--reward_normalize does not apply to --reward {config.reward} (progress is added after "
+                         "the rewards are normalised; --whiten_advantages scales the advantages)")
+    if config.prover == "policy" and config.num_generations < 2:
+        raise ValueError("--prover policy values each prompt by its other samples: it needs --num_generations >= 2")
+
+
+PROGRESS_DEFAULTS = {"progress_coef": 1.0, "progress_rollouts": 4, "prover": "policy", "prover_best_of": 1}
+"""The progress reward's settings and their defaults (StepPPOConfig's; a run stored before they
+existed resumes with them)."""
 
 
 def check_online_update(config) -> None:

@@ -17,6 +17,7 @@ from rl.ppo_checks import (
     check_estimator_settings,
     check_length_drift,
     check_online_update,
+    check_progress,
     check_ranges,
     check_vllm_mode,
     resolve_credit_form,
@@ -213,7 +214,9 @@ class StepPPOConfig(TrainingArguments):
                           "response against its training prompt's gold answer (1 right, 0 wrong): what a user "
                           "has, no verifier. 'outcome' is the verifier's whole-path score (--outcome_aggregation) "
                           "on the last token (the ORM-PPO baseline); 'step' pays the verifier's score at the end "
-                          "of every step; 'step+gold' both (figures of each: docs/results/rl_noisy_world.md)."},
+                          "of every step; 'step+gold' both (figures of each: docs/results/rl_noisy_world.md). "
+                          "'progress' pays each step its progress under --prover (PAV), 'gold+progress' the answer "
+                          "check and --progress_coef x progress (docs/results/progress_rewards.md)."},
     )
     reward_shaping: str = field(
         default=AUTO,
@@ -300,18 +303,32 @@ class StepPPOConfig(TrainingArguments):
                           "last step's). Costs about mc_rollouts x (steps - 1) continuations per response, "
                           "logged as rollout/mc_tokens; needs --reward gold; the KL penalty is a k3 loss term."},
     )
+    progress_coef: float = field(default=1.0, metadata={"help": "--reward progress, gold+progress: alpha, the "
+                                                                 "weight of each step's progress (rl/progress.py)."})
+    progress_rollouts: int = field(
+        default=4,
+        metadata={"help": "--reward progress, gold+progress: the prover's continuations from each step boundary "
+                          "inside a response (and, --prover sft, from each prompt), graded by the answer check; "
+                          "their mean is the boundary's Q. Their tokens are logged as rollout/progress_tokens."},
+    )
+    prover: str = field(default="policy", metadata={"help": "--reward progress, gold+progress: whose chance of a "
+                                                             "right answer a step moves: 'policy' (the policy "
+                                                             "being trained) or 'sft' (the frozen starting policy, "
+                                                             "the KL reference)."})
+    prover_best_of: int = field(default=1, metadata={"help": "K: the prover is Best-of-K of --prover (right when one "
+                                                              "of K tries is; Q_K = 1 - (1 - q)^K, estimated as "
+                                                              "pass@K from the continuations)."})
     step_credit: str = field(
         default=AUTO,
-        metadata={"help": "--advantage_estimator group with step rewards: 'return' (a token's advantage is the "
-                          "sum of the normalised rewards of its step and every later one), 'own' (its own step's "
-                          "normalised reward alone: a step neither blamed nor paid for later steps; "
-                          "ppo_math.group_step_advantages(credit='own')) or 'auto' (the default: 'own' for "
-                          "--reward step and step+gold, 'return' otherwise). With --reward_shaping delta, 'own' is "
-                          "the form docs/results/when_step_rewards_pay.md ranks best with three seeds on both "
+        metadata={"help": "--advantage_estimator group with step rewards: 'return' (a token's advantage is the sum of "
+                          "the normalised rewards of its step and every later one), 'own' (its own step's normalised "
+                          "reward alone: a step neither blamed nor paid for later steps; "
+                          "ppo_math.group_step_advantages(credit='own')) or 'auto' (the default: 'own' for --reward "
+                          "step, step+gold and the progress rewards, 'return' otherwise). With --reward_shaping delta, "
+                          "'own' is the form docs/results/when_step_rewards_pay.md ranks best with three seeds on both "
                           "world settings and not gamed by length (-0.006 and +0.005 against the answer check); "
-                          "DeepSeekMath's process supervision, --reward_shaping raw --step_credit return, lost 5 "
-                          "points on both by cutting responses short. With one reward per response the two are "
-                          "the same."},
+                          "DeepSeekMath's process supervision, --reward_shaping raw --step_credit return, lost 5 points"
+                          " on both by cutting responses short. With one reward per response the two are the same."},
     )
     scale_rewards: str = field(
         default="group",
@@ -437,5 +454,6 @@ class StepPPOConfig(TrainingArguments):
         if self.reward_clip is not None and self.reward_clip <= 0:
             raise ValueError(f"--reward_clip must be > 0, got {self.reward_clip}")
         check_online_update(self)
+        check_progress(self)
         check_length_drift(self)
         check_vllm_mode(self)

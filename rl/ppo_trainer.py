@@ -2,7 +2,8 @@
 
 1. rollouts: `prompts_per_update` prompts and `num_generations` responses each (`rl/rollouts.py`);
 2. rewards: every reward function on every response, placed on the token that ends each step or on
-   the last token, with the format penalties (`rl/reward_table.py`, `rl/rewards.py`); with
+   the last token, with the format penalties (`rl/reward_table.py`, `rl/rewards.py`); a progress
+   reward adds each step's progress under a prover at its end (`rl/progress.py`, PAV); with
    `--verifier_online_update` an implicit PRM then learns from these rollouts' answer checks (PRIME);
 3. log-probabilities under the policy as it sampled and under the reference (the base with adapters
    disabled under LoRA), the critic's values, the per-token KL;
@@ -47,7 +48,7 @@ from rl.ppo_config import StepPPOConfig
 from rl.ppo_eval import PolicyEvaluator
 from rl.problem_hooks import WORLD_HOOKS, ProblemHooks
 from rl.reward_table import RewardPlacer
-from rl.rewards import WeightedReward, build_reward_funcs
+from rl.rewards import REWARDS, WeightedReward, build_reward_funcs
 from rl.rollouts import RolloutSampler
 from rl.run_dir import RunDir, prepare_run_dir
 
@@ -145,8 +146,9 @@ class StepPPOTrainer:
         assert config.output_dir is not None, "StepPPOConfig sets a default --output_dir"
         self.out = Path(config.output_dir)
         self.run = RunDir(self.out)
-        self.sampler = RolloutSampler(config, tokenizer, self.accelerator, self.model, self.train_problems, self.out)
-        """The rollouts of each update and mc_values' continuations (`rl.rollouts`)."""
+        self.sampler = RolloutSampler(config, tokenizer, self.accelerator, self.model, self.train_problems, self.out,
+                                      self.ref_policy)
+        """The rollouts of each update, mc_values' and the progress prover's continuations (`rl.rollouts`)."""
         self.evaluator = PolicyEvaluator(config, tokenizer, self.accelerator, self.sampler, hooks, self.eval_problems,
                                          self.probe_problems, self.run)
         """Greedy evaluation and the probes (`rl.ppo_eval`)."""
@@ -190,6 +192,9 @@ class StepPPOTrainer:
         clock = _Clock()
         batch = clock.time("generate", self.sampler.generate, update)
         scores, reward_metrics = clock.time("reward", self.rewards, batch)
+        if REWARDS[self.args.reward].progress:  # PAV: each step's progress under the prover, at its end
+            scores, progress_metrics = clock.time("progress", self.sampler.progress_rewards, batch, scores)
+            reward_metrics.update(progress_metrics, **{"reward/mean_total": scores.sum(-1).mean().item()})
         logps = self.logprobs(batch)
         extra = online_update(self.online_prms, batch, self.args, self.accelerator, self._all_ranks) \
             if self.online_prms else {}  # PRIME: after the rewards
@@ -198,6 +203,7 @@ class StepPPOTrainer:
             step_values = clock.time("mc_values", self.sampler.mc_step_values, batch, scores, self.rewards)
         adv = self.advantages(batch, scores, logps, step_values)
         extra.update(adv.stats)
+        extra["rollout/tokens"] += reward_metrics.get("rollout/progress_tokens", 0.0)  # the prover's too
         if not self._all_ranks(M.is_finite_batch(adv.token_rewards, adv.advantages, adv.returns, logps.old)):
             self.skipped_batches += 1
             return {"skipped": 1.0, "skipped_batches": float(self.skipped_batches), **reward_metrics}

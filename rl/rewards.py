@@ -72,11 +72,15 @@ class RewardMode:
     any) at the last token."""
     gold: bool
     """Pays the answer's correctness (1 right, 0 wrong, times gold_reward_weight) at the last token."""
+    progress: bool = False
+    """Pays each step its progress under a prover (PAV, `rl.progress`: the change in the prover's
+    chance of a right answer across the step, times --progress_coef) at the token ending it; the
+    prover's continuations are sampled after the other rewards (`RolloutSampler.progress_rewards`)."""
 
     @property
     def pays_last_token(self) -> bool:
         """Something is always paid at the last token (an outcome, a gold reward)."""
-        return not self.steps or self.gold
+        return not (self.steps or self.progress) or self.gold
 
 
 REWARDS = {
@@ -84,6 +88,8 @@ REWARDS = {
     "outcome": RewardMode(verifier=True, steps=False, gold=False),
     "gold": RewardMode(verifier=False, steps=False, gold=True),
     "step+gold": RewardMode(verifier=True, steps=True, gold=True),
+    "progress": RewardMode(verifier=False, steps=False, gold=False, progress=True),
+    "gold+progress": RewardMode(verifier=False, steps=False, gold=True, progress=True),
 }
 
 

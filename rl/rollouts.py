@@ -5,7 +5,10 @@
   engine (`--use_vllm`), as a typed `rl.batches.Rollouts` batch;
 - VinePPO's Monte Carlo values of the step boundaries of those responses (`--advantage_estimator
   mc_values`): continuations sampled from every boundary inside a response, graded by the run's
-  reward placement (`rl.reward_table.RewardPlacer`), as `rl.batches.StepValues`.
+  reward placement (`rl.reward_table.RewardPlacer`), as `rl.batches.StepValues`;
+- PAV's progress rewards (`--reward progress`, `gold+progress`): a prover's continuations from the
+  same boundaries (the policy's, or the frozen starting policy's), graded by the answer check alone,
+  each step paid the change in the prover's chance of success (`rl.progress`).
 
 The trainer (`rl/ppo_trainer.py`) keeps the loop, the optimisation and the collectives; it hands the
 sampler its prepared model once and calls it, and the sampler calls nothing of the trainer's.
@@ -22,22 +25,27 @@ import torch
 
 from backends.vllm_server import ServerError, VLLMServerClient
 from reasoning.prompts import format_prompts, solve_prompt
+from reasoning.steps import answer_correct
 from reasoning.types import Problem
 from rl import distributed as D
 from rl import ppo_math as M
 from rl.batches import Rollouts, StepValues
 from rl.ppo_config import StepPPOConfig
+from rl.progress import best_of_k, place_progress, progress_stats
 from rl.reward_table import Responses, RewardPlacer, step_end_tokens, without_eos
 
 
 class RolloutSampler:
     """Samples the rollouts of each update (and mc_values' continuations) from the policy inside
     `model`, the accelerate-prepared `PolicyAndCritic` (its weights gathered on every rank under
-    ZeRO-3, where generating is collective)."""
+    ZeRO-3, where generating is collective); `reference`, the frozen starting policy (the KL
+    reference; None under LoRA, whose reference is the base with its adapters disabled), is the
+    prover of `--prover sft`."""
 
     def __init__(self, config: StepPPOConfig, tokenizer, accelerator, model, train_problems: list[Problem],
-                 out: Path):
+                 out: Path, reference=None):
         self.args, self.tokenizer, self.accelerator, self.model = config, tokenizer, accelerator, model
+        self.reference = reference
         self.train_problems = train_problems
         self.out = out
         self.vllm_engine = None
@@ -190,16 +198,33 @@ class RolloutSampler:
     # ------------------------------------------------------------------------------------------
     # Monte Carlo step values (--advantage_estimator mc_values, VinePPO)
 
+    @contextmanager
+    def prover_for_generation(self, prover: str):
+        """The model continuations are sampled from: the policy (`policy`), or the frozen starting
+        policy (`sft`: the KL reference, whole on every rank; under LoRA the base, adapters disabled)."""
+        if prover != "sft":
+            with self.policy_for_generation() as policy:
+                yield policy
+        elif self.reference is None:
+            with self.policy_for_generation() as policy, policy.disable_adapter():
+                yield policy
+        else:
+            reference = getattr(self.reference, "module", self.reference)  # inside a DeepSpeed engine
+            with D.gathered(reference, self.accelerator):
+                yield reference
+
     @torch.no_grad()
-    def sample_continuations(self, prefixes: list[list[int]], budgets: list[int]) -> list[list[int]]:
+    def sample_continuations(self, prefixes: list[list[int]], budgets: list[int], prover: str = "policy"
+                             ) -> list[list[int]]:
         """One continuation of each token prefix (prompt and response tokens) sampled as rollouts are,
-        at most `budgets[i]` tokens, trimmed at its first EOS. Prefixes are sorted by budget so that a
-        generate call of `generation_batch_size` rows runs about as long as each of its rows needs."""
+        at most `budgets[i]` tokens, trimmed at its first EOS, from `prover` (`prover_for_generation`).
+        Prefixes are sorted by budget so that a generate call of `generation_batch_size` rows runs
+        about as long as each of its rows needs."""
         args, tok = self.args, self.tokenizer
         out: list[list[int]] = [[] for _ in prefixes]
         order = sorted(range(len(prefixes)), key=lambda i: (-budgets[i], -len(prefixes[i])))
         device = self.accelerator.device
-        with self.policy_for_generation() as policy:
+        with self.prover_for_generation(prover) as policy:
             was_training = policy.training
             policy.eval()
             for start in range(0, len(order), args.generation_batch_size):
@@ -232,7 +257,7 @@ class RolloutSampler:
         missing EOS or a missing answer."""
         args = self.args
         own = rewards.sum(-1).float().cpu()
-        step_ends, heads, owners, unlocated = self._mc_prefixes(batch)
+        step_ends, heads, owners, unlocated = self._mc_prefixes(batch, args.mc_rollouts)
         prefixes = [batch.query_ids[i][batch.query_mask[i].bool()].tolist() + head for i, head in zip(owners, heads)]
         budgets = [args.max_completion_length - len(h) for h in heads]
         # every rank samples, with or without prefixes: under ZeRO-3 gathering the policy is collective
@@ -253,10 +278,10 @@ class RolloutSampler:
         }
         return StepValues(step_values, M.token_steps_from_ends(step_ends, batch.response_ids.shape[1]), stats)
 
-    def _mc_prefixes(self, batch: Rollouts) -> tuple[list[list[int]], list[list[int]], list[int], int]:
+    def _mc_prefixes(self, batch: Rollouts, copies: int) -> tuple[list[list[int]], list[list[int]], list[int], int]:
         """The step-end tokens of every response (sorted, distinct), the response part of each
-        prefix to continue (`mc_rollouts` copies of each boundary inside a response, in order), the
-        response each prefix is of, and how many responses' steps could not be located."""
+        prefix to continue (`copies` of each boundary inside a response, in order), the response
+        each prefix is of, and how many responses' steps could not be located."""
         responses = Responses.of(batch.response_ids, batch.response_mask, batch.texts, self.tokenizer)
         step_ends, heads, owners, unlocated = [], [], [], 0
         for i, body in enumerate(responses.bodies):
@@ -266,9 +291,64 @@ class RolloutSampler:
             ends = sorted(set(at or []))
             step_ends.append(ends)
             for end in ends[:-1]:  # the boundaries inside the response; the last step's end is terminal
-                heads.extend([body[: end + 1]] * self.args.mc_rollouts)
-                owners.extend([i] * self.args.mc_rollouts)
+                heads.extend([body[: end + 1]] * copies)
+                owners.extend([i] * copies)
         return step_ends, heads, owners, unlocated
+
+    # ------------------------------------------------------------------------------------------
+    # progress under a prover (--reward progress, gold+progress; PAV)
+
+    def progress_rewards(self, batch: Rollouts, rewards: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """`rewards` (the placed rewards of `batch`) with `progress_coef` x each step's progress under
+        `--prover` added on the token that ends the step, `batch.reward_mask` marked there
+        (`rl.progress`), and what was measured: the progress statistics and `rollout/progress_tokens`,
+        the prover's continuation tokens. Every rank samples (under ZeRO-3 generating is collective)."""
+        args, n = self.args, len(batch.texts)
+        right = [float(answer_correct(t, p, args.answer_match)) for t, p in zip(batch.texts, batch.problems)]
+        step_ends, heads, owners, unlocated = self._mc_prefixes(batch, args.progress_rollouts)
+        # --prover sft: Q(s_0) from its own continuations of each prompt (the group's samples are the policy's)
+        firsts = list(range(0, n, args.num_generations)) if args.prover == "sft" else []
+        owners = owners + [i for i in firsts for _ in range(args.progress_rollouts)]
+        heads = heads + [[] for _ in range(len(owners) - len(heads))]
+        prompts = [batch.query_ids[i][batch.query_mask[i].bool()].tolist() for i in range(n)]
+        continuations = self.sample_continuations([prompts[i] + h for i, h in zip(owners, heads)],
+                                                  [args.max_completion_length - len(h) for h in heads],
+                                                  prover=args.prover)
+        texts = response_tensors(self.tokenizer, [h + c for h, c in zip(heads, continuations)])[2] if heads else []
+        graded = [answer_correct(t, batch.problems[i], args.answer_match) for t, i in zip(texts, owners)]
+        q_rows = self._q_rows(step_ends, graded, right)
+        lengths = batch.response_mask.sum(-1).long().tolist()
+        assert batch.reward_mask is not None, "the reward placement marks where it paid first"
+        placed, marks = place_progress(rewards.cpu(), batch.reward_mask.cpu(), q_rows,
+                                       [ends or None for ends in step_ends], lengths, args.progress_coef)
+        batch.reward_mask = (marks * batch.response_mask.cpu()).to(batch.reward_mask.device)
+        stats = {"rollout/progress_tokens": float(sum(len(c) for c in continuations)),
+                 "rollout/progress_prefixes": float(len(graded) // args.progress_rollouts),
+                 "rollout/progress_unlocated_frac": unlocated / max(n, 1),
+                 "reward/progress_mean": args.progress_coef * sum(r[-1] - r[0] for r in q_rows) / max(n, 1),
+                 **progress_stats(q_rows, right)}
+        return placed.to(rewards.device), stats
+
+    def _q_rows(self, step_ends: list[list[int]], graded: list[bool], right: list[float]) -> list[list[float]]:
+        """Each response's Q(s_0), ..., Q(s_n) under the prover (Best-of-`prover_best_of`): the
+        inner boundaries' from `graded` (`progress_rollouts` answer checks each, response after
+        response, then under --prover sft each prompt's own), Q(s_n) the response's answer check
+        `right`, Q(s_0) the prompt's continuations' (sft) or its other samples' (policy)."""
+        args, m, k = self.args, self.args.progress_rollouts, self.args.prover_best_of
+        g = args.num_generations
+        q = [best_of_k(sum(graded[at : at + m]), m, k) for at in range(0, len(graded), m)]
+        rows, at = [], 0
+        for i, ends in enumerate(step_ends):
+            inner = q[at : at + max(len(ends) - 1, 0)]
+            at += len(inner)
+            rows.append([0.0, *inner, right[i]])
+        for i, row in enumerate(rows):
+            if args.prover == "sft":
+                row[0] = q[at + i // g]
+            else:  # leave-one-out: the answer checks of the prompt's other samples
+                group = right[i - i % g : i - i % g + g]
+                row[0] = best_of_k(int(sum(group) - right[i]), g - 1, k)
+        return rows
 
 
 def push_to_server(server: VLLMServerClient, policy, tok, directory: Path) -> None:

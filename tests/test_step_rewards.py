@@ -364,6 +364,8 @@ def test_credited_steps():
 def test_each_reward_says_what_it_pays():
     from rl.rewards import REWARDS
 
-    assert [name for name, mode in REWARDS.items() if mode.pays_last_token] == ["outcome", "gold", "step+gold"]
-    assert [name for name, mode in REWARDS.items() if not mode.verifier] == ["gold"]
+    assert [name for name, mode in REWARDS.items() if mode.pays_last_token] == ["outcome", "gold", "step+gold",
+                                                                                "gold+progress"]
+    assert [name for name, mode in REWARDS.items() if not mode.verifier] == ["gold", "progress", "gold+progress"]
     assert [name for name, mode in REWARDS.items() if mode.steps] == ["step", "step+gold"]
+    assert [name for name, mode in REWARDS.items() if mode.progress] == ["progress", "gold+progress"]
