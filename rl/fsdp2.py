@@ -226,7 +226,10 @@ CHECKPOINT_DIR = "fsdp2_state"
 
 
 def save(model: nn.Module, optimizer, scheduler, directory: Path, is_main: bool) -> None:
-    """Model and optimizer as each rank's shards, and the schedule, under `directory` (collective)."""
+    """Model and optimizer as each rank's shards, and the schedule, under `directory` (collective);
+    nothing outside an FSDP2 launch (accelerate's `save_state` holds them there)."""
+    if _SETTINGS is None:
+        return
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -237,7 +240,10 @@ def save(model: nn.Module, optimizer, scheduler, directory: Path, is_main: bool)
 
 
 def load(model: nn.Module, optimizer, scheduler, directory: Path) -> None:
-    """What `save` wrote, back into the sharded model, its optimizer and the schedule (collective)."""
+    """What `save` wrote, back into the sharded model, its optimizer and the schedule (collective);
+    nothing outside an FSDP2 launch."""
+    if _SETTINGS is None:
+        return
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 

@@ -133,6 +133,20 @@ def check_length_drift(config) -> None:
         raise ValueError(f"--length_drift_updates must be >= 1, got {config.length_drift_updates}")
 
 
+def check_weights(config) -> None:
+    """ValueError for a negative KL or entropy weight, a reward clip not above 0, or --reward_weights
+    that do not give one weight per --reward_funcs entry."""
+    if config.beta < 0:
+        raise ValueError(f"--beta must be >= 0, got {config.beta}")
+    if config.entropy_coef < 0:
+        raise ValueError(f"--entropy_coef must be >= 0, got {config.entropy_coef}")
+    if config.reward_weights is not None and len(config.reward_weights) != len(config.reward_funcs or []):
+        raise ValueError(f"--reward_weights gives {len(config.reward_weights)} weights for "
+                         f"{len(config.reward_funcs or [])} --reward_funcs")
+    if config.reward_clip is not None and config.reward_clip <= 0:
+        raise ValueError(f"--reward_clip must be > 0, got {config.reward_clip}")
+
+
 def check_ranges(config) -> None:
     """ValueError for a count under 1 (or 0 where 0 means none), a temperature or time limit not
     above 0, or a discount outside [0, 1]."""

@@ -20,6 +20,7 @@ from rl.ppo_checks import (
     check_progress,
     check_ranges,
     check_vllm_mode,
+    check_weights,
     resolve_credit_form,
     resolve_eval_dataset,
 )
@@ -182,8 +183,7 @@ class StepPPOConfig(TrainingArguments):
         default=False,
         metadata={"help": "Sample rollouts with vLLM: a colocated engine (GPU, the [vllm] extra, a clear error without "
                           "it: it gets the policy's weights before every rollout; see docs/ppo.md) or a server "
-                          "(--vllm_mode server); false: "
-                          "transformers generate (was --rollout_backend hf|vllm)."},
+                          "(--vllm_mode server); false: transformers generate (was --rollout_backend hf|vllm)."},
     )
     vllm_gpu_memory_utilization: float = field(
         default=0.3,
@@ -200,11 +200,9 @@ class StepPPOConfig(TrainingArguments):
         default=None, metadata={"help": "--vllm_mode server: the server's address, e.g. http://host:8000."})
     vllm_server_timeout: float = field(
         default=240.0, metadata={"help": "--vllm_mode server: seconds any one request to the server may take."})
-    vllm_server_weights_dir: str | None = field(
-        default=None,
-        metadata={"help": "--vllm_mode server: where rank 0 writes the merged policy for the server to reload, a "
-                          "path the server reads too (default OUTPUT_DIR/vllm_policy)."},
-    )
+    vllm_server_weights_dir: str | None = field(default=None, metadata={
+        "help": "--vllm_mode server: where rank 0 writes the merged policy for the server to reload, a path the "
+                "server reads too (default OUTPUT_DIR/vllm_policy)."})
     generation_batch_size: int = field(default=128, metadata={"help": "Sequences per generate call."})
 
     # --- rewards ------------------------------------------------------------------------------
@@ -440,19 +438,11 @@ class StepPPOConfig(TrainingArguments):
         if batch % self.num_mini_batches:
             raise ValueError(f"prompts_per_update * num_generations ({batch}) must be divisible by "
                              f"num_mini_batches ({self.num_mini_batches})")
-        if self.beta < 0:
-            raise ValueError(f"--beta must be >= 0, got {self.beta}")
         check_estimator_settings(self)
-        if self.entropy_coef < 0:
-            raise ValueError(f"--entropy_coef must be >= 0, got {self.entropy_coef}")
-        if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs or []):
-            raise ValueError(f"--reward_weights gives {len(self.reward_weights)} weights for "
-                             f"{len(self.reward_funcs or [])} --reward_funcs")
+        check_weights(self)
         checkers = [k.name for k in kinds_of(self.verifier) if k.needs_world]
         if REWARDS[self.reward].verifier and checkers and self.dataset != "world":
             raise ValueError(f"the {checkers[0]} verifier checks world problems only: use --dataset world")
-        if self.reward_clip is not None and self.reward_clip <= 0:
-            raise ValueError(f"--reward_clip must be > 0, got {self.reward_clip}")
         check_online_update(self)
         check_progress(self)
         check_length_drift(self)

@@ -347,8 +347,7 @@ class StepPPOTrainer:
             shutil.rmtree(tmp)
         self.accelerator.wait_for_everyone()
         self.accelerator.save_state(str(tmp))  # under FSDP2: the RNG states only (nothing was prepared)
-        if fsdp2.settings() is not None:
-            fsdp2.save(self.model, self.optimizer, self.scheduler, tmp, self.accelerator.is_main_process)
+        fsdp2.save(self.model, self.optimizer, self.scheduler, tmp, self.accelerator.is_main_process)
         policy_weights = self._gathered_policy_weights()  # collective under ZeRO-3
         self.accelerator.wait_for_everyone()  # every rank's files (its RNG state, its shard) are in tmp
         final = self.run.checkpoint(self.update)
@@ -377,8 +376,7 @@ class StepPPOTrainer:
 
     def load_checkpoint(self, path: Path) -> None:
         self.accelerator.load_state(str(path))
-        if fsdp2.settings() is not None:
-            fsdp2.load(self.model, self.optimizer, self.scheduler, path)
+        fsdp2.load(self.model, self.optimizer, self.scheduler, path)
         state = RunDir.resume_state(path)
         self.update = state["update"]
         self.skipped_batches = state["skipped_batches"]
