@@ -2,8 +2,8 @@
 # The scale-path checks in one prepared run, the same script on a GPU machine and on a CPU one:
 #   PPO for a few updates each: bf16 on one process, DeepSpeed ZeRO-2, ZeRO-3, then ZeRO-3 generation
 #   with the engine's fetch hooks on and off (scripts/gpu_smoke_zero3.py), LoRA (under ZeRO-3),
-#   the two-machine ZeRO-3 recipe as local processes, DDP, FSDP2 (full and LoRA), vLLM rollouts (colocated engine, weight
-#   sync every update); then scripts/gpu_smoke_vllm.py: vLLM against HF generation (greedy, field by
+#   the two-machine ZeRO-3 recipe as local processes, DDP, FSDP2 (full and LoRA), vLLM rollouts
+#   (a colocated engine, then a server on this machine; weights synced every update); then scripts/gpu_smoke_vllm.py: vLLM against HF generation (greedy, field by
 #   field), rollout tokens/s of vLLM against HF generate, and the LoRA weight sync into a live engine.
 # On a GPU machine the multi-process cases use min(2, GPUs) processes (NCCL); on a machine without
 # one, 2 CPU processes (gloo for DeepSpeed, ACCELERATE_USE_CPU=1 for DDP) and bf16 as autocast.
@@ -19,7 +19,7 @@
 #   the script on a tiny world policy (tests/test_gpu_smoke.py).
 # --work: where runs and logs go (default: a new /tmp/gpu_smoke.XXXX).
 # --only: a comma list of cases (bf16 zero2 zero3 zero3_gen lora multinode ddp fsdp2 fsdp2_lora vllm_rollouts
-#   vllm_checks).
+#   vllm_server vllm_checks).
 # --budget: seconds for the whole run (default 570); a case that would start after it is SKIPped,
 #   and each case's time limit is cut to what is left.
 # --steps: PPO updates per case (default 3).
@@ -35,7 +35,7 @@ ONLY=""
 BUDGET=570
 STEPS=3
 DRY=0
-ALL_CASES="bf16 zero2 zero3 zero3_gen lora multinode ddp fsdp2 fsdp2_lora vllm_rollouts vllm_checks"
+ALL_CASES="bf16 zero2 zero3 zero3_gen lora multinode ddp fsdp2 fsdp2_lora vllm_rollouts vllm_server vllm_checks"
 usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -199,6 +199,32 @@ if wanted vllm_rollouts; then
     ppo_case vllm_rollouts 1 - --mixed_precision bf16 -- --use_vllm true --vllm_gpu_memory_utilization 0.2
   else
     row vllm_rollouts 1 SKIP 0 - - "vllm not installed: pip install -c constraints.txt 'steprl[vllm]'"
+  fi
+fi
+if wanted vllm_server; then  # the same rollouts from a vLLM server on this machine (--vllm_mode server)
+  PORT=${SMOKE_SERVER_PORT:-8765}
+  SCMD=("$PY" -m backends.vllm_server --model "$MODEL" --host 127.0.0.1 --port "$PORT")
+  [ "$DEVICE" != cpu ] && SCMD+=(--gpu-memory-utilization 0.2)
+  if [ $DRY = 1 ]; then
+    echo "DRY vllm_server_start: ${SCMD[*]}"
+    ppo_case vllm_server 1 - --mixed_precision bf16 -- --use_vllm true --vllm_mode server \
+      --vllm_server_url "http://127.0.0.1:$PORT"
+  elif [ $HAS_VLLM = 0 ]; then
+    row vllm_server 1 SKIP 0 - - "vllm not installed"
+  elif [ "$DEVICE" = cpu ] && [ "$HEAD_DIM" -lt 32 ]; then
+    row vllm_server 1 SKIP 0 - - "vLLM's CPU build needs attention heads of 32 or more; this model's are $HEAD_DIM"
+  else
+    "${SCMD[@]}" > "$WORK/vllm_server_process.log" 2>&1 &
+    SERVER_PID=$!
+    for _ in $(seq 1 240); do
+      "$PY" -c "import urllib.request, sys; urllib.request.urlopen(sys.argv[1], timeout=2)" \
+        "http://127.0.0.1:$PORT/health" 2>/dev/null && break
+      kill -0 $SERVER_PID 2>/dev/null || break
+      sleep 1
+    done
+    ppo_case vllm_server 1 - --mixed_precision bf16 -- --use_vllm true --vllm_mode server \
+      --vllm_server_url "http://127.0.0.1:$PORT"
+    kill $SERVER_PID 2>/dev/null; wait $SERVER_PID 2>/dev/null
   fi
 fi
 if wanted vllm_checks; then

@@ -34,13 +34,13 @@ def test_every_case_is_prepared_and_parses():
 
     commands = dry_commands()
     assert list(commands) == ["bf16", "zero2", "zero3", "zero3_gen", "lora", "multinode", "ddp", "fsdp2",
-                              "fsdp2_lora", "vllm_rollouts", "vllm_checks"]
+                              "fsdp2_lora", "vllm_rollouts", "vllm_server_start", "vllm_server", "vllm_checks"]
     zero3_gen = commands["zero3_gen"]
     assert zero3_gen[1] == "scripts/gpu_smoke_zero3.py"
     assert zero3_gen[zero3_gen.index("--hidden") + 1] == "576" and zero3_gen[zero3_gen.index("--layers") + 1] == "30"
     stages = {}
     for name, cmd in commands.items():
-        if name in ("vllm_checks", "zero3_gen"):
+        if name in ("vllm_checks", "zero3_gen", "vllm_server_start"):
             continue
         split = cmd.index("rl/ppo_step.py")
         launch, ppo = cmd[:split], cmd[split + 1:]
@@ -57,6 +57,8 @@ def test_every_case_is_prepared_and_parses():
             assert args.use_peft
         if name == "vllm_rollouts":
             assert args.use_vllm
+        if name == "vllm_server":
+            assert args.use_vllm and args.vllm_mode == "server" and args.vllm_server_url.startswith("http://127.0.0.1")
     assert stages["zero2"] == 2 and stages["zero3"] == 3 and stages["lora"] == 3 and stages["multinode"] == 3
     assert stages["fsdp2"] == stages["fsdp2_lora"] == "fsdp2"
     spec = importlib.util.spec_from_file_location("gpu_smoke_vllm", ROOT / "scripts" / "gpu_smoke_vllm.py")
