@@ -4,7 +4,8 @@
 #   with the engine's fetch hooks on and off (scripts/gpu_smoke_zero3.py), LoRA (under ZeRO-3),
 #   the two-machine ZeRO-3 recipe as local processes, DDP, FSDP2 (full and LoRA), vLLM rollouts
 #   (a colocated engine, then a server on this machine; weights synced every update); then
-#   scripts/gpu_smoke_vllm.py: vLLM against HF generation (greedy, field by field), rollout tokens/s of vLLM against HF generate, and the LoRA weight sync into a live engine.
+#   scripts/gpu_smoke_vllm.py: vLLM against HF generation (greedy, field by field), rollout
+#   tokens/s of vLLM against HF generate, and the LoRA weight sync into a live engine.
 # On a GPU machine the multi-process cases use min(2, GPUs) processes (NCCL); on a machine without
 # one, 2 CPU processes (gloo for DeepSpeed, ACCELERATE_USE_CPU=1 for DDP) and bf16 as autocast.
 # Prints one table: case, processes, PASS/FAIL/SKIP, seconds, seconds per update, peak memory per
