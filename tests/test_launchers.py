@@ -97,7 +97,8 @@ def env_for(extra: dict[str, str]) -> dict[str, str]:
 def launch(launcher: list[str], env: dict[str, str], args: list[str], timeout: int = 600):
     done = subprocess.run(launch_cmd(launcher, args), env=env_for(env), capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT)
-    rank_lines = "\n".join(line for line in done.stderr.splitlines() if "[rank" in line or "Error" in line)
+    said = ("[rank", "Error", "terminate called", "what():", "Abort", "Exception")  # a C++ abort has no traceback
+    rank_lines = "\n".join(line for line in done.stderr.splitlines() if any(word in line for word in said))
     assert done.returncode == 0, rank_lines[-3000:] + "\n---\n" + done.stderr[-2000:]
     return done
 
