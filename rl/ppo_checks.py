@@ -151,7 +151,7 @@ def check_ranges(config) -> None:
     """ValueError for a count under 1 (or 0 where 0 means none), a temperature or time limit not
     above 0, or a discount outside [0, 1]."""
     for name in ("max_steps", "prompts_per_update", "num_generations", "max_completion_length", "num_iterations",
-                 "num_mini_batches", "n_prompts", "generation_batch_size"):
+                 "num_mini_batches", "n_prompts", "generation_batch_size", "continuation_batch_size"):
         if getattr(config, name) < 1:
             raise ValueError(f"--{name} must be >= 1, got {getattr(config, name)}")
     for name in ("n_probe", "probe_every"):

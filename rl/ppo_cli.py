@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from reasoning.flag_names import closest
-from rl.ppo_config import ConfigError, StepPPOConfig
+from rl.ppo_config import OWN_SETTINGS, ConfigError, StepPPOConfig
 from rl.setting_names import EARLIER_NAMES, Deprecations, current_name, translate_argv, translate_settings
 from rl.tracking import report_to
 
@@ -51,7 +51,7 @@ TRACKER_MODULES = {"wandb": ("wandb",), "tensorboard": ("tensorboard", "tensorbo
                    "dvclive": ("dvclive",), "swanlab": ("swanlab",)}
 """The trackers of `--report_to` and the package each needs."""
 
-OWN_FIELDS = tuple(StepPPOConfig.__annotations__)
+OWN_FIELDS = tuple(OWN_SETTINGS)
 """Step PPO's own settings, in the order --help lists them."""
 
 
@@ -126,7 +126,7 @@ def check_field_types(values: dict[str, Any]) -> None:
     """ConfigError for a value of the wrong type for one of StepPPOConfig's own fields (a YAML recipe's
     values are not converted the way flags are: `max_steps: [1]` would fail deep inside the run);
     checked before a config is made, whose checks compare the values."""
-    for name, annotation in StepPPOConfig.__annotations__.items():
+    for name, annotation in OWN_SETTINGS.items():
         if name not in values:
             continue
         parts = [p.strip() for p in str(annotation).split("|")]

@@ -24,6 +24,7 @@ from rl.ppo_checks import (
     resolve_credit_form,
     resolve_eval_dataset,
 )
+from rl.ppo_config_continuations import CONTINUATION_SAMPLING, ContinuationSettings
 from rl.ppo_math import ESTIMATORS, REWARD_SCALES, STEP_CREDITS
 from rl.rewards import REWARDS
 from rl.step_rewards import SHAPING_MODES
@@ -50,7 +51,7 @@ class ConfigError(ValueError):
 
 
 @dataclass
-class StepPPOConfig(TrainingArguments):
+class StepPPOConfig(TrainingArguments, ContinuationSettings):
     """Step-level PPO with process-supervised rewards (Math-Shepherd's step-by-step PPO)."""
 
     output_dir: str | None = field(default="outputs/ppo_step", metadata={"help": "Run directory."})
@@ -291,31 +292,6 @@ class StepPPOConfig(TrainingArguments):
                           "ppo_math.group_step_advantages) or mc_values (no critic: VinePPO's Monte Carlo values "
                           "of step boundaries, see --mc_rollouts; ppo_math.step_value_advantages)."},
     )
-    mc_rollouts: int = field(
-        default=4,
-        metadata={"help": "--advantage_estimator mc_values: continuations sampled (rollout temperature) from "
-                          "each step boundary inside a response (the prompt and its first j steps, 0 < j < n); "
-                          "the boundary's value is their mean answer-check reward, the prompt's value the mean "
-                          "reward of the prompt's other samples, the end's the response's own reward, and every "
-                          "token of a step gets the change in value across it (tokens after the last step: the "
-                          "last step's). Costs about mc_rollouts x (steps - 1) continuations per response, "
-                          "logged as rollout/mc_tokens; needs --reward gold; the KL penalty is a k3 loss term."},
-    )
-    progress_coef: float = field(default=1.0, metadata={"help": "--reward progress, gold+progress: alpha, the "
-                                                                 "weight of each step's progress (rl/progress.py)."})
-    progress_rollouts: int = field(
-        default=4,
-        metadata={"help": "--reward progress, gold+progress: the prover's continuations from each step boundary "
-                          "inside a response (and, --prover sft, from each prompt), graded by the answer check; "
-                          "their mean is the boundary's Q. Their tokens are logged as rollout/progress_tokens."},
-    )
-    prover: str = field(default="policy", metadata={"help": "--reward progress, gold+progress: whose chance of a "
-                                                             "right answer a step moves: 'policy' (the policy "
-                                                             "being trained) or 'sft' (the frozen starting policy, "
-                                                             "the KL reference)."})
-    prover_best_of: int = field(default=1, metadata={"help": "K: the prover is Best-of-K of --prover (right when one "
-                                                              "of K tries is; Q_K = 1 - (1 - q)^K, estimated as "
-                                                              "pass@K from the continuations)."})
     step_credit: str = field(
         default=AUTO,
         metadata={"help": "--advantage_estimator group with step rewards: 'return' (a token's advantage is the sum of "
@@ -433,6 +409,7 @@ class StepPPOConfig(TrainingArguments):
         choose("scale_rewards", self.scale_rewards, REWARD_SCALES)
         choose("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
         choose("critic_init", self.critic_init, ("verifier", "policy"))
+        choose("continuation_sampling", self.continuation_sampling, CONTINUATION_SAMPLING)
         check_ranges(self)
         batch = self.prompts_per_update * self.num_generations
         if batch % self.num_mini_batches:
@@ -447,3 +424,17 @@ class StepPPOConfig(TrainingArguments):
         check_progress(self)
         check_length_drift(self)
         check_vllm_mode(self)
+
+
+def _own_settings() -> dict[str, object]:
+    """StepPPOConfig's own settings (name -> annotation) in the order --help lists them: the
+    continuation settings after --advantage_estimator, where they belong."""
+    own = dict(StepPPOConfig.__annotations__)
+    at = list(own).index("advantage_estimator") + 1
+    names = [*list(own)[:at], *ContinuationSettings.__annotations__, *list(own)[at:]]
+    return {name: own.get(name, ContinuationSettings.__annotations__.get(name)) for name in names}
+
+
+OWN_SETTINGS = _own_settings()
+"""Step PPO's own settings (those of StepPPOConfig and its ContinuationSettings), name -> annotation."""
+

@@ -30,6 +30,7 @@ from reasoning.types import Problem
 from rl import distributed as D
 from rl import ppo_math as M
 from rl.batches import Rollouts, StepValues
+from rl.continuations import sample_shared
 from rl.ppo_config import StepPPOConfig
 from rl.progress import best_of_k, place_progress, progress_stats
 from rl.reward_table import Responses, RewardPlacer, step_end_tokens, without_eos
@@ -214,34 +215,63 @@ class RolloutSampler:
                 yield reference
 
     @torch.no_grad()
-    def sample_continuations(self, prefixes: list[list[int]], budgets: list[int], prover: str = "policy"
-                             ) -> list[list[int]]:
-        """One continuation of each token prefix (prompt and response tokens) sampled as rollouts are,
-        at most `budgets[i]` tokens, trimmed at its first EOS, from `prover` (`prover_for_generation`).
-        Prefixes are sorted by budget so that a generate call of `generation_batch_size` rows runs
-        about as long as each of its rows needs."""
+    def sample_continuations(self, prefixes: list[list[int]], budgets: list[int], prover: str = "policy",
+                             copies: int = 1, owners: list[int] | None = None
+                             ) -> tuple[list[list[int]], dict[str, float]]:
+        """`copies` continuations of each token prefix (prompt and response tokens), one list request
+        after request with `copies` consecutive ones each, sampled as rollouts are from `prover`
+        (`prover_for_generation`), at most `budgets[i]` tokens, trimmed at their first EOS; and what
+        the sampling did (`continuations/*`).
+
+        --continuation_sampling shared (`rl.continuations`): identical prefixes continued once and
+        their continuations shared, and the prefixes of one owner (`owners[i]`, the response they are
+        cut from) encoded once, from the longest of them. separate: every prefix re-encoded by
+        `generate`, chunks of `generation_batch_size` rows sorted by budget."""
         args, tok = self.args, self.tokenizer
-        out: list[list[int]] = [[] for _ in prefixes]
-        order = sorted(range(len(prefixes)), key=lambda i: (-budgets[i], -len(prefixes[i])))
         device = self.accelerator.device
         with self.prover_for_generation(prover) as policy:
             was_training = policy.training
             policy.eval()
-            for start in range(0, len(order), args.generation_batch_size):
-                chunk = order[start : start + args.generation_batch_size]
-                width = max(len(prefixes[i]) for i in chunk)
-                ids = torch.full((len(chunk), width), tok.pad_token_id, dtype=torch.long)
-                attention = torch.zeros((len(chunk), width), dtype=torch.long)
-                for row, i in enumerate(chunk):  # left padding, as the rollouts' prompts have
-                    ids[row, width - len(prefixes[i]) :] = torch.tensor(prefixes[i])
-                    attention[row, width - len(prefixes[i]) :] = 1
-                gen = policy.generate(input_ids=ids.to(device), attention_mask=attention.to(device),
-                                      max_new_tokens=max(budgets[i] for i in chunk), **self.sampling_kwargs())
-                for row, i in enumerate(chunk):
-                    out[i] = trim_generated(tok, gen[row, width:].tolist()[: budgets[i]])
-            if was_training:
-                policy.train()
-        return out
+            try:
+                if args.continuation_sampling == "shared":
+                    sources, requests = _sources_of(prefixes, owners)
+                    out, done = sample_shared(policy, sources, requests, budgets, copies, args.continuation_batch_size,
+                                              self.sampling_kwargs(), tok.pad_token_id, tok.eos_token_id, device)
+                else:
+                    out, done = self._sample_separate(policy, prefixes, budgets, copies)
+            finally:
+                if was_training:
+                    policy.train()
+        stats = {f"continuations/{key}": value for key, value in done.items()}
+        stats["continuations/requests"] = float(len(prefixes))
+        return out, stats
+
+    def _sample_separate(self, policy, prefixes: list[list[int]], budgets: list[int], copies: int
+                         ) -> tuple[list[list[int]], dict[str, float]]:
+        """Each prefix, `copies` times, re-encoded by `generate`: chunks of `generation_batch_size` rows,
+        sorted by budget so that a call runs about as long as each of its rows needs."""
+        args, tok = self.args, self.tokenizer
+        rows = [i for i in range(len(prefixes)) for _ in range(copies)]
+        out: list[list[int]] = [[] for _ in rows]
+        order = sorted(range(len(rows)), key=lambda r: (-budgets[rows[r]], -len(prefixes[rows[r]])))
+        calls = 0
+        for start in range(0, len(order), args.generation_batch_size):
+            chunk = order[start : start + args.generation_batch_size]
+            width = max(len(prefixes[rows[r]]) for r in chunk)
+            ids = torch.full((len(chunk), width), tok.pad_token_id, dtype=torch.long)
+            attention = torch.zeros((len(chunk), width), dtype=torch.long)
+            for at, r in enumerate(chunk):  # left padding, as the rollouts' prompts have
+                prefix = prefixes[rows[r]]
+                ids[at, width - len(prefix) :] = torch.tensor(prefix)
+                attention[at, width - len(prefix) :] = 1
+            device = self.accelerator.device
+            gen = policy.generate(input_ids=ids.to(device), attention_mask=attention.to(device),
+                                  max_new_tokens=max(budgets[rows[r]] for r in chunk), **self.sampling_kwargs())
+            calls += 1
+            for at, r in enumerate(chunk):
+                out[r] = trim_generated(tok, gen[at, width:].tolist()[: budgets[rows[r]]])
+        return out, {"distinct": float(len(prefixes)), "rows": float(len(rows)), "generate_calls": float(calls),
+                     "tokens": float(sum(len(c) for c in out))}
 
     def mc_step_values(self, batch: Rollouts, rewards: torch.Tensor, placer: RewardPlacer) -> StepValues:
         """VinePPO's Monte Carlo values of the step boundaries of every response in `batch`, whose
@@ -257,31 +287,35 @@ class RolloutSampler:
         missing EOS or a missing answer."""
         args = self.args
         own = rewards.sum(-1).float().cpu()
-        step_ends, heads, owners, unlocated = self._mc_prefixes(batch, args.mc_rollouts)
+        m = args.mc_rollouts
+        step_ends, heads, owners, unlocated = self._mc_prefixes(batch)
         prefixes = [batch.query_ids[i][batch.query_mask[i].bool()].tolist() + head for i, head in zip(owners, heads)]
         budgets = [args.max_completion_length - len(h) for h in heads]
         # every rank samples, with or without prefixes: under ZeRO-3 gathering the policy is collective
-        continuations = self.sample_continuations(prefixes, budgets)
+        continuations, sampling = self.sample_continuations(prefixes, budgets, copies=m, owners=owners)
         graded = torch.zeros(0)
         if continuations:
-            whole, whole_mask, texts = response_tensors(self.tokenizer, [h + c for h, c in zip(heads, continuations)])
+            whole, whole_mask, texts = response_tensors(
+                self.tokenizer, [h + c for h, c in zip([h for h in heads for _ in range(m)], continuations)])
             empty = torch.zeros((len(texts), 0), dtype=torch.long)  # grading reads the responses only
-            pieces = Rollouts(empty, empty, whole, whole_mask, texts, [batch.problems[i] for i in owners])
+            problems = [batch.problems[i] for i in owners for _ in range(m)]
+            pieces = Rollouts(empty, empty, whole, whole_mask, texts, problems)
             graded = placer(pieces)[0].sum(-1).float().cpu()
         values = graded.view(-1, args.mc_rollouts).mean(-1).tolist()  # one per boundary, in order
         step_values = _step_value_rows(step_ends, values, M.leave_one_out_baseline(own, args.num_generations), own)
         stats = {
             "rollout/mc_prefixes": float(len(values)),
-            "rollout/mc_tokens": float(sum(len(c) for c in continuations)),
+            "rollout/mc_tokens": sampling.get("continuations/tokens", 0.0),  # sampled ones: shared ones once
+            **sampling,
             "rollout/mc_unlocated_frac": unlocated / max(batch.response_ids.shape[0], 1),
             "mc/boundary_value_mean": sum(values) / len(values) if values else 0.0,
         }
         return StepValues(step_values, M.token_steps_from_ends(step_ends, batch.response_ids.shape[1]), stats)
 
-    def _mc_prefixes(self, batch: Rollouts, copies: int) -> tuple[list[list[int]], list[list[int]], list[int], int]:
+    def _mc_prefixes(self, batch: Rollouts) -> tuple[list[list[int]], list[list[int]], list[int], int]:
         """The step-end tokens of every response (sorted, distinct), the response part of each
-        prefix to continue (`copies` of each boundary inside a response, in order), the response
-        each prefix is of, and how many responses' steps could not be located."""
+        prefix to continue (each boundary inside a response, in order), the response each prefix is
+        of, and how many responses' steps could not be located."""
         responses = Responses.of(batch.response_ids, batch.response_mask, batch.texts, self.tokenizer)
         step_ends, heads, owners, unlocated = [], [], [], 0
         for i, body in enumerate(responses.bodies):
@@ -291,8 +325,8 @@ class RolloutSampler:
             ends = sorted(set(at or []))
             step_ends.append(ends)
             for end in ends[:-1]:  # the boundaries inside the response; the last step's end is terminal
-                heads.extend([body[: end + 1]] * copies)
-                owners.extend([i] * copies)
+                heads.append(body[: end + 1])
+                owners.append(i)
         return step_ends, heads, owners, unlocated
 
     # ------------------------------------------------------------------------------------------
@@ -305,15 +339,16 @@ class RolloutSampler:
         the prover's continuation tokens. Every rank samples (under ZeRO-3 generating is collective)."""
         args, n = self.args, len(batch.texts)
         right = [float(answer_correct(t, p, args.answer_match)) for t, p in zip(batch.texts, batch.problems)]
-        step_ends, heads, owners, unlocated = self._mc_prefixes(batch, args.progress_rollouts)
+        m = args.progress_rollouts
+        step_ends, heads, owners, unlocated = self._mc_prefixes(batch)
         # --prover sft: Q(s_0) from its own continuations of each prompt (the group's samples are the policy's)
-        firsts = list(range(0, n, args.num_generations)) if args.prover == "sft" else []
-        owners = owners + [i for i in firsts for _ in range(args.progress_rollouts)]
+        owners = owners + (list(range(0, n, args.num_generations)) if args.prover == "sft" else [])
         heads = heads + [[] for _ in range(len(owners) - len(heads))]
         prompts = [batch.query_ids[i][batch.query_mask[i].bool()].tolist() for i in range(n)]
-        continuations = self.sample_continuations([prompts[i] + h for i, h in zip(owners, heads)],
-                                                  [args.max_completion_length - len(h) for h in heads],
-                                                  prover=args.prover)
+        continuations, sampling = self.sample_continuations([prompts[i] + h for i, h in zip(owners, heads)],
+                                                            [args.max_completion_length - len(h) for h in heads],
+                                                            prover=args.prover, copies=m, owners=owners)
+        heads, owners = [h for h in heads for _ in range(m)], [i for i in owners for _ in range(m)]
         texts = response_tensors(self.tokenizer, [h + c for h, c in zip(heads, continuations)])[2] if heads else []
         graded = [answer_correct(t, batch.problems[i], args.answer_match) for t, i in zip(texts, owners)]
         q_rows = self._q_rows(step_ends, graded, right)
@@ -322,7 +357,8 @@ class RolloutSampler:
         placed, marks = place_progress(rewards.cpu(), batch.reward_mask.cpu(), q_rows,
                                        [ends or None for ends in step_ends], lengths, args.progress_coef)
         batch.reward_mask = (marks * batch.response_mask.cpu()).to(batch.reward_mask.device)
-        stats = {"rollout/progress_tokens": float(sum(len(c) for c in continuations)),
+        stats = {"rollout/progress_tokens": sampling.get("continuations/tokens", 0.0),  # sampled: shared ones once
+                 **sampling,
                  "rollout/progress_prefixes": float(len(graded) // args.progress_rollouts),
                  "rollout/progress_unlocated_frac": unlocated / max(n, 1),
                  "reward/progress_mean": args.progress_coef * sum(r[-1] - r[0] for r in q_rows) / max(n, 1),
@@ -403,3 +439,29 @@ def _step_value_rows(step_ends: list[list[int]], values: list[float], start_valu
         row = [start_values[i].item(), *inner, own[i].item()]
         step_values[i, : len(row)] = torch.tensor(row)
     return step_values
+
+
+def _sources_of(prefixes: list[list[int]], owners: list[int] | None) -> tuple[list[list[int]], list[tuple[int, int]]]:
+    """The sequences prefixes are cut from (each owner's longest prefix; without owners each prefix its
+    own) and each prefix as (source, length). A prefix that is not the start of its owner's source
+    is its own source."""
+    if owners is None:
+        return [list(p) for p in prefixes], [(i, len(p)) for i, p in enumerate(prefixes)]
+    longest: dict[int, int] = {}
+    for i, owner in enumerate(owners):
+        if owner not in longest or len(prefixes[i]) > len(prefixes[longest[owner]]):
+            longest[owner] = i
+    sources: list[list[int]] = []
+    source_of: dict[int, int] = {}
+    requests = []
+    for i, owner in enumerate(owners):
+        if owner not in source_of:
+            source_of[owner] = len(sources)
+            sources.append(list(prefixes[longest[owner]]))
+        source = sources[source_of[owner]]
+        if source[: len(prefixes[i])] == list(prefixes[i]):
+            requests.append((source_of[owner], len(prefixes[i])))
+        else:  # not a prefix of its owner's longest one: continued from itself
+            sources.append(list(prefixes[i]))
+            requests.append((len(sources) - 1, len(prefixes[i])))
+    return sources, requests

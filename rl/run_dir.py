@@ -215,9 +215,9 @@ class RunDirError(ValueError):
 def resolved_settings(config) -> dict[str, Any]:
     """The settings of a run as JSON values: every field of StepPPOConfig itself plus the inherited
     `TrainingArguments` fields the trainer reads."""
-    from rl.ppo_config import StepPPOConfig
+    from rl.ppo_config import OWN_SETTINGS
 
-    names = [*StepPPOConfig.__annotations__, *TRAINING_ARGUMENT_FIELDS]
+    names = [*OWN_SETTINGS, *TRAINING_ARGUMENT_FIELDS]
     values = {name: getattr(config, name, None) for name in dict.fromkeys(names)}
     return json.loads(json.dumps(values, default=str))
 

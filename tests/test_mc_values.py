@@ -95,9 +95,9 @@ def test_boundary_values_are_the_mean_reward_of_their_continuations(policy_dir, 
 
     prompt_len = int(batch.query_mask[0].sum())
 
-    def fake_continuations(prefixes, budgets):
+    def fake_continuations(prefixes, budgets, prover="policy", copies=1, owners=None):
         out = []
-        for prefix, budget in zip(prefixes, budgets):
+        for prefix, budget in ((p, b) for p, b in zip(prefixes, budgets) for _ in range(copies)):
             head = prefix[prompt_len:]  # the response's tokens up to a step's end
             done = tok.decode(head, skip_special_tokens=True).count("</Step>")
             k = sum(1 for d, _, _ in seen if d == done)
@@ -105,7 +105,7 @@ def test_boundary_values_are_the_mean_reward_of_their_continuations(policy_dir, 
             prefixes_seen.append(list(prefix))
             piece = script[done][k]
             out.append(tok(piece, add_special_tokens=False)["input_ids"] + ([] if piece == "<Step> So" else [eos]))
-        return out
+        return out, {"continuations/tokens": float(sum(len(c) for c in out))}
 
     trainer.sampler.sample_continuations = fake_continuations
     rewards, _ = trainer.rewards(batch)
@@ -142,7 +142,7 @@ def test_continuations_come_from_the_prefix_within_their_budget(policy_dir, tmp_
     prompt = tok(solve_prompt(train[0].question), add_special_tokens=False)["input_ids"]
     head = tok("<Step> Ava has 3 + 4 = 7 apples.</Step>", add_special_tokens=False)["input_ids"]
     torch.manual_seed(0)
-    out = trainer.sampler.sample_continuations([prompt + head, prompt, prompt + head], [3, 40, 1])
+    out, _ = trainer.sampler.sample_continuations([prompt + head, prompt, prompt + head], [3, 40, 1])
     assert len(out[0]) <= 3 and len(out[2]) <= 1 and 1 <= len(out[1]) <= 40
 
 

@@ -80,15 +80,15 @@ def _scripted(trainer, tok, batch, script):
     prompt_len = int(batch.query_mask[0].sum())
     calls = []
 
-    def fake(prefixes, budgets, prover="policy"):
+    def fake(prefixes, budgets, prover="policy", copies=1, owners=None):
         calls.append(prover)
         out = []
-        for prefix in prefixes:
+        for prefix in (p for p in prefixes for _ in range(copies)):
             done = tok.decode(prefix[prompt_len:], skip_special_tokens=True).count("</Step>")
             k = sum(1 for d in calls[1:] if d == done)
             calls.append(done)
             out.append(tok(script[done][k], add_special_tokens=False)["input_ids"] + [eos])
-        return out
+        return out, {"continuations/tokens": float(sum(len(c) for c in out))}
 
     trainer.sampler.sample_continuations = fake
     return calls

@@ -77,9 +77,9 @@ def _print_help() -> None:
     import textwrap
 
     from rl.ppo_cli import INHERITED_IN_USE
-    from rl.ppo_config import StepPPOConfig
+    from rl.ppo_config import OWN_SETTINGS
 
-    names = " ".join(f"--{n}" for n in dict.fromkeys([*StepPPOConfig.__annotations__, *sorted(INHERITED_IN_USE)]))
+    names = " ".join(f"--{n}" for n in dict.fromkeys([*OWN_SETTINGS, *sorted(INHERITED_IN_USE)]))
     print(USAGE + "\nflags that override the run's settings:\n" + textwrap.fill(names, 100, initial_indent="  ",
                                                                           subsequent_indent="  "))
 

@@ -1,0 +1,104 @@
+"""The cost of step values from continuations, side by side in one run: seconds per PPO update of
+progress rewards (PAV) and Monte Carlo values (VinePPO) against the answer check's, with the
+continuations sampled shared (`--continuation_sampling shared`) and separately (the earlier way).
+
+    python -m experiments.bench_continuations --config configs/ppo/long_world.yaml [--updates 3]
+        [--variants gold,progress_shared,progress_separate,mc_shared,mc_separate]
+
+Every variant is a trainer built from the recipe (the same policy, prompts and seed) with its own
+reward and estimator; they take their updates in turn (update 0 of each, then update 1 of each, ...),
+so that the machine's load falls on all alike; the first update of each is a warm-up, untimed.
+Prints seconds per update (split into generation, continuations, optimisation), its ratio to the
+answer check's (the target: <= 3x for progress and mc_values), tokens sampled per update
+(continuations counted, a shared continuation once), generate calls and the share of distinct prefixes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+VARIANTS = {
+    "gold": ["--reward", "gold"],
+    "progress_shared": ["--reward", "gold+progress", "--continuation_sampling", "shared"],
+    "progress_separate": ["--reward", "gold+progress", "--continuation_sampling", "separate"],
+    "progress_sft_shared": ["--reward", "gold+progress", "--prover", "sft", "--continuation_sampling", "shared"],
+    "mc_shared": ["--reward", "gold", "--advantage_estimator", "mc_values", "--continuation_sampling", "shared"],
+    "mc_separate": ["--reward", "gold", "--advantage_estimator", "mc_values", "--continuation_sampling", "separate"],
+}
+
+
+def build(argv: list[str]):
+    """A trainer from a command line, as `rl/ppo_step.py` builds it (no probe, no evaluation set)."""
+    from transformers import set_seed
+
+    from rl.ppo_cli import parse_config
+    from rl.ppo_setup import load_critic, load_policy, load_reference, load_run_problems
+    from rl.ppo_trainer import StepPPOTrainer
+
+    args = parse_config(argv)
+    train = load_run_problems(args)[0].problems
+    set_seed(args.seed)
+    policy, tok = load_policy(args)
+    critic = load_critic(args, tok)
+    return StepPPOTrainer(args, policy, tok, critic, None, train, [], ref_policy=load_reference(args))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="configs/ppo/long_world.yaml", help="the PPO recipe")
+    parser.add_argument("--updates", type=int, default=3, help="timed updates of each variant (after a warm-up)")
+    parser.add_argument("--variants", default="gold,progress_shared,progress_separate,mc_shared,mc_separate")
+    parser.add_argument("extra", nargs="*", help="flags passed to every variant (after --)")
+    a = parser.parse_args()
+    names = a.variants.split(",")
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown or "gold" not in names:
+        print(f"error: --variants: {', '.join(unknown) or 'gold is needed (the ratios are to it)'}; "
+              f"known: {', '.join(VARIANTS)}", file=sys.stderr)
+        return 2
+    tmp = tempfile.mkdtemp(prefix="bench_continuations_")
+    common = ["--config", a.config, "--n_probe", "0", "--report_to", "none", "--disable_tqdm", "true",
+              "--num_threads", "1", "--max_steps", str(a.updates + 1), *a.extra]
+    trainers = {n: build([*common, "--output_dir", f"{tmp}/{n}", *VARIANTS[n]]) for n in names}
+    rows: dict[str, list[dict[str, float]]] = {n: [] for n in names}
+    for update in range(a.updates + 1):
+        for name, trainer in trainers.items():
+            start = time.perf_counter()
+            metrics = trainer.step(update)
+            metrics["wall"] = time.perf_counter() - start
+            print(f"update {update} {name}: {metrics['wall']:.1f} s", file=sys.stderr, flush=True)
+            if update:  # the first update of each is a warm-up
+                rows[name].append(metrics)
+
+    def mean(name: str, key: str) -> float:
+        return sum(m.get(key, 0.0) for m in rows[name]) / len(rows[name])
+
+    gold = mean("gold", "wall")
+    print(f"{'variant':<20} {'s/update':>9} {'x gold':>7} {'generate':>9} {'contin.':>8} {'optimize':>9} "
+          f"{'tokens':>9} {'x gold':>7} {'calls':>6} {'distinct':>9}")
+    gold_tokens = mean("gold", "rollout/tokens")
+    for name in names:
+        cont = mean(name, "time/progress") + mean(name, "time/mc_values")
+        requests = mean(name, "continuations/requests")
+        distinct = mean(name, "continuations/distinct") / requests if requests else float("nan")
+        wall = mean(name, "wall")
+        print(f"{name:<20} {wall:9.2f} {wall / gold:7.2f} {mean(name, 'time/generate'):9.2f} "
+              f"{cont:8.2f} {mean(name, 'time/optimize'):9.2f} {mean(name, 'rollout/tokens'):9.0f} "
+              f"{mean(name, 'rollout/tokens') / gold_tokens:7.2f} {mean(name, 'continuations/generate_calls'):6.1f} "
+              f"{distinct:9.2f}")
+    print(f"({a.updates} timed updates each after a warm-up, taken in turn; recipe {a.config}; "
+          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

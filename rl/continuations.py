@@ -1,0 +1,196 @@
+r"""Continuations from step boundaries, batched with shared prefixes (`--continuation_sampling shared`).
+
+Monte Carlo step values (`--advantage_estimator mc_values`) and progress rewards (`--reward progress`)
+sample `m` continuations from every step boundary inside every response of an update. Sampled one
+prefix at a time, each of those continuations re-encodes its prompt and response head in `generate`'s
+first forward, and identical prefixes (samples of one prompt often open with the same steps) are
+sampled again and again. Here:
+
+- **identical prefixes are continued once**: requests whose prefix tokens are equal share their `m`
+  continuations (each is an estimate of the same value);
+- **each response is encoded once**: one forward over the prompt and response up to its last boundary
+  gives the keys and values of every prefix of it; a continuation row gets its prefix's slice of them
+  as its KV cache (right-aligned, left-padded as `generate`'s prompts are), so `generate` computes only
+  the last prefix token and the new ones;
+- **rows are batched by response**: the responses of a chunk contribute all their rows, up to
+  `batch_size` rows per `generate` call.
+
+Sampling is `generate`'s own (the same logits processors, temperature and top-p as the rollouts);
+only the prefix's encoding is reused. Positions are counted from each row's first real token, as
+`generate` counts them from the attention mask, so a cached key is the key `generate` would compute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Which requests share a prefix: `unique[u]` = (source, cut) of the u-th distinct prefix,
+    `of_request[r]` = the distinct prefix request r continues."""
+
+    unique: list[tuple[int, int]]
+    of_request: list[int]
+
+
+def plan(sources: Sequence[Sequence[int]], requests: Sequence[tuple[int, int]]) -> Plan:
+    """Requests (source index, prefix length in tokens) grouped by their prefix tokens: equal
+    prefixes, whichever source they are cut from, are one distinct prefix."""
+    seen: dict[tuple[int, ...], int] = {}
+    unique: list[tuple[int, int]] = []
+    of_request = []
+    for source, cut in requests:
+        if not 1 <= cut <= len(sources[source]):
+            raise ValueError(f"a prefix of {cut} tokens cut from a source of {len(sources[source])}")
+        key = tuple(sources[source][:cut])
+        if key not in seen:
+            seen[key] = len(unique)
+            unique.append((source, cut))
+        of_request.append(seen[key])
+    return Plan(unique, of_request)
+
+
+def chunks(unique: Sequence[tuple[int, int]], copies: int, batch_size: int) -> list[list[int]]:
+    """Distinct prefixes in chunks of whole sources (a source is encoded once, in one chunk), each
+    chunk at most `batch_size` rows (`copies` rows a prefix) unless one source alone needs more."""
+    by_source: dict[int, list[int]] = {}
+    for u, (source, _) in enumerate(unique):
+        by_source.setdefault(source, []).append(u)
+    out: list[list[int]] = [[]]
+    for members in by_source.values():
+        if out[-1] and (len(out[-1]) + len(members)) * copies > batch_size:
+            out.append([])
+        out[-1].extend(members)
+    return [c for c in out if c]
+
+
+def _positions(mask: torch.Tensor) -> torch.Tensor:
+    """Each token's position counted from its row's first real token (as `generate` counts them)."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def _layers(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(keys, values) [B, H, L, D] of every layer of a transformers cache."""
+    if hasattr(cache, "layers"):
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return [(cache.key_cache[i], cache.value_cache[i]) for i in range(len(cache.key_cache))]  # pragma: no cover
+
+
+def _cache_of(layers: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    for i, (keys, values) in enumerate(layers):
+        cache.update(keys, values, i)
+    return cache
+
+
+@torch.no_grad()
+def encode_sources(model, sources: Sequence[Sequence[int]], lengths: Sequence[int], pad_id: int,
+                   device) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], list[int]]:
+    """One forward over the first `lengths[i]` tokens of each source, left-padded: every layer's
+    keys and values [S, H, L, D] and each source's padding on the left."""
+    width = max(lengths)
+    ids = torch.full((len(sources), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sources), width), dtype=torch.long)
+    for row, (source, length) in enumerate(zip(sources, lengths)):
+        ids[row, width - length :] = torch.tensor(list(source[:length]))
+        mask[row, width - length :] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=True, logits_to_keep=1)
+    return _layers(out.past_key_values), [width - length for length in lengths]
+
+
+def row_cache(layers: list[tuple[torch.Tensor, torch.Tensor]], pads: Sequence[int], rows: Sequence[tuple[int, int]],
+              width: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Keys and values [C, H, width, D] of each row's cached tokens, right-aligned: row (s, n) holds
+    the first n real tokens of encoded source s (at its padding `pads[s]`), zeros on its left."""
+    source = torch.tensor([s for s, _ in rows])
+    kept = torch.tensor([n for _, n in rows])
+    column = torch.arange(width)
+    start = width - kept  # where the row's tokens begin
+    index = (torch.tensor([pads[s] for s, _ in rows])[:, None] + column[None, :] - start[:, None]).clamp(min=0)
+    real = (column[None, :] >= start[:, None])
+    out = []
+    for keys, values in layers:
+        dev = keys.device
+        pick = (source.to(dev)[:, None], index.to(dev))
+        gathered = []
+        for tensor in (keys, values):
+            moved = tensor.transpose(1, 2)[pick]  # [C, width, H, D]
+            moved = moved * real.to(dev)[:, :, None, None].to(moved.dtype)
+            gathered.append(moved.transpose(1, 2).contiguous())
+        out.append((gathered[0], gathered[1]))
+    return out
+
+
+@torch.no_grad()
+def sample_shared(model, sources: Sequence[Sequence[int]], requests: Sequence[tuple[int, int]], budgets: Sequence[int],
+                  copies: int, batch_size: int, generate_kwargs: dict[str, Any], pad_id: int, eos_id: int,
+                  device) -> tuple[list[list[int]], dict[str, float]]:
+    """`copies` continuations of each request's prefix (`sources[s][:cut]`), at most `budgets[r]`
+    tokens each, trimmed after their first EOS: a list request after request, `copies` consecutive
+    ones each. Requests with equal prefixes get the same continuations (sampled once). Also returns
+    what it did: `distinct` prefixes, `rows` sampled, `generate_calls` and the `tokens` sampled (a shared
+    continuation counted once)."""
+    if len(budgets) != len(requests):
+        raise ValueError(f"{len(budgets)} budgets for {len(requests)} requests")
+    the_plan = plan(sources, requests)
+    budget_of = [0] * len(the_plan.unique)
+    for r, u in enumerate(the_plan.of_request):
+        budget_of[u] = max(budget_of[u], int(budgets[r]))
+    sampled: list[list[list[int]]] = [[] for _ in the_plan.unique]
+    calls = 0
+    for chunk in chunks(the_plan.unique, copies, batch_size):
+        members = sorted({the_plan.unique[u][0] for u in chunk})
+        local = {s: i for i, s in enumerate(members)}
+        longest = {s: 0 for s in members}
+        for u in chunk:
+            s, cut = the_plan.unique[u]
+            longest[s] = max(longest[s], cut - 1)  # the last prefix token is generate's first input
+        encoded = [s for s in members if longest[s] > 0]
+        layers, pads = None, [0] * len(members)
+        if encoded:
+            layers, enc_pads = encode_sources(model, [sources[s] for s in encoded], [longest[s] for s in encoded],
+                                              pad_id, device)
+            for s, pad in zip(encoded, enc_pads):
+                pads[local[s]] = pad
+            index_of = {s: i for i, s in enumerate(encoded)}
+        rows = [u for u in chunk for _ in range(copies)]
+        width = max(the_plan.unique[u][1] for u in rows)
+        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for row, u in enumerate(rows):
+            s, cut = the_plan.unique[u]
+            ids[row, width - cut :] = torch.tensor(list(sources[s][:cut]))
+            mask[row, width - cut :] = 1
+        kwargs = dict(generate_kwargs)
+        if layers is not None and width > 1:
+            cached = [(index_of.get(the_plan.unique[u][0], 0), the_plan.unique[u][1] - 1) for u in rows]
+            kept_pads = [pads[local[s]] for s in encoded]
+            kwargs["past_key_values"] = _cache_of(row_cache(layers, kept_pads, cached, width - 1))
+        gen = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
+                             max_new_tokens=max(budget_of[u] for u in chunk), **kwargs)
+        calls += 1
+        for row, u in enumerate(rows):
+            sampled[u].append(_trim(gen[row, width:].tolist()[: budget_of[u]], eos_id, pad_id))
+    out = []
+    for r, u in enumerate(the_plan.of_request):
+        out.extend(c[: int(budgets[r])] if len(c) > budgets[r] else c for c in sampled[u])
+    stats = {"distinct": float(len(the_plan.unique)), "rows": float(len(the_plan.unique) * copies),
+             "generate_calls": float(calls), "tokens": float(sum(len(c) for rows in sampled for c in rows))}
+    return out, stats
+
+
+def _trim(row: list[int], eos_id: int, pad_id: int) -> list[int]:
+    """A generated row up to and with its first EOS; without one, trailing padding removed."""
+    if eos_id in row:
+        return row[: row.index(eos_id) + 1]
+    while row and row[-1] == pad_id and pad_id != eos_id:
+        row.pop()
+    return row
