@@ -3,14 +3,16 @@ progress rewards (PAV) and Monte Carlo values (VinePPO) against the answer check
 continuations sampled shared (`--continuation_sampling shared`) and separately (the earlier way).
 
     python -m experiments.bench_continuations --config configs/ppo/long_world.yaml [--updates 3]
-        [--variants gold,progress_shared,progress_separate,mc_shared,mc_separate]
+        [--variants gold,progress_shared,progress_separate,mc_shared,mc_separate,progress_seg2,mc_seg2]
 
 Every variant is a trainer built from the recipe (the same policy, prompts and seed) with its own
 reward and estimator; they take their updates in turn (update 0 of each, then update 1 of each, ...),
 so that the machine's load falls on all alike; the first update of each is a warm-up, untimed.
 Prints seconds per update (split into generation, continuations, optimisation), its ratio to the
 answer check's (the target: <= 3x for progress and mc_values), tokens sampled per update
-(continuations counted, a shared continuation once), generate calls and the share of distinct prefixes.
+(continuations counted, a shared continuation once), generate calls, the share of distinct prefixes
+and the continuations' fill (the share of their rows' decoding steps that sampled a token). The
+`*_seg{k}` variants continue from at most k boundaries inside each response (--continuation_boundaries).
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ VARIANTS = {
     "mc_shared": ["--reward", "gold", "--advantage_estimator", "mc_values", "--continuation_sampling", "shared"],
     "mc_separate": ["--reward", "gold", "--advantage_estimator", "mc_values", "--continuation_sampling", "separate"],
 }
+for _k in (1, 2, 3):  # SPO's segments: continued from at most k boundaries inside each response
+    VARIANTS[f"progress_seg{_k}"] = [*VARIANTS["progress_separate"], "--continuation_boundaries", str(_k)]
+    VARIANTS[f"mc_seg{_k}"] = [*VARIANTS["mc_separate"], "--continuation_boundaries", str(_k)]
 
 
 def build(argv: list[str]):
@@ -84,7 +89,7 @@ def main() -> int:
 
     gold = mean("gold", "wall")
     print(f"{'variant':<20} {'s/update':>9} {'x gold':>7} {'generate':>9} {'contin.':>8} {'optimize':>9} "
-          f"{'tokens':>9} {'x gold':>7} {'calls':>6} {'distinct':>9}")
+          f"{'tokens':>9} {'x gold':>7} {'calls':>6} {'distinct':>9} {'fill':>5}")
     gold_tokens = mean("gold", "rollout/tokens")
     for name in names:
         cont = mean(name, "time/progress") + mean(name, "time/mc_values")
@@ -94,7 +99,7 @@ def main() -> int:
         print(f"{name:<20} {wall:9.2f} {wall / gold:7.2f} {mean(name, 'time/generate'):9.2f} "
               f"{cont:8.2f} {mean(name, 'time/optimize'):9.2f} {mean(name, 'rollout/tokens'):9.0f} "
               f"{mean(name, 'rollout/tokens') / gold_tokens:7.2f} {mean(name, 'continuations/generate_calls'):6.1f} "
-              f"{distinct:9.2f}")
+              f"{distinct:9.2f} {mean(name, 'continuations/fill') if requests else float('nan'):5.2f}")
     print(f"({a.updates} timed updates each after a warm-up, taken in turn; recipe {a.config}; "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')})")
     return 0

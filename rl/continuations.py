@@ -136,8 +136,8 @@ def sample_shared(model, sources: Sequence[Sequence[int]], requests: Sequence[tu
     """`copies` continuations of each request's prefix (`sources[s][:cut]`), at most `budgets[r]`
     tokens each, trimmed after their first EOS: a list request after request, `copies` consecutive
     ones each. Requests with equal prefixes get the same continuations (sampled once). Also returns
-    what it did: `distinct` prefixes, `rows` sampled, `generate_calls` and the `tokens` sampled (a shared
-    continuation counted once)."""
+    what it did: `distinct` prefixes, `rows` sampled, `generate_calls`, the `tokens` sampled (a shared
+    continuation counted once) and `fill`, the share of the rows' decoding steps that sampled one."""
     if len(budgets) != len(requests):
         raise ValueError(f"{len(budgets)} budgets for {len(requests)} requests")
     the_plan = plan(sources, requests)
@@ -145,7 +145,7 @@ def sample_shared(model, sources: Sequence[Sequence[int]], requests: Sequence[tu
     for r, u in enumerate(the_plan.of_request):
         budget_of[u] = max(budget_of[u], int(budgets[r]))
     sampled: list[list[list[int]]] = [[] for _ in the_plan.unique]
-    calls = 0
+    calls = steps = 0
     for chunk in chunks(the_plan.unique, copies, batch_size):
         members = sorted({the_plan.unique[u][0] for u in chunk})
         local = {s: i for i, s in enumerate(members)}
@@ -177,17 +177,32 @@ def sample_shared(model, sources: Sequence[Sequence[int]], requests: Sequence[tu
         gen = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
                              max_new_tokens=max(budget_of[u] for u in chunk), **kwargs)
         calls += 1
+        steps += len(rows) * (gen.shape[1] - width)
         for row, u in enumerate(rows):
-            sampled[u].append(_trim(gen[row, width:].tolist()[: budget_of[u]], eos_id, pad_id))
+            sampled[u].append(trim_row(gen[row, width:].tolist()[: budget_of[u]], eos_id, pad_id))
     out = []
     for r, u in enumerate(the_plan.of_request):
         out.extend(c[: int(budgets[r])] if len(c) > budgets[r] else c for c in sampled[u])
+    tokens = float(sum(len(c) for rows in sampled for c in rows))
     stats = {"distinct": float(len(the_plan.unique)), "rows": float(len(the_plan.unique) * copies),
-             "generate_calls": float(calls), "tokens": float(sum(len(c) for rows in sampled for c in rows))}
+             "generate_calls": float(calls), "tokens": tokens, "fill": tokens / steps if steps else 1.0}
     return out, stats
 
 
-def _trim(row: list[int], eos_id: int, pad_id: int) -> list[int]:
+def segment_ends(ends: Sequence[int], boundaries: int) -> list[int]:
+    """The step ends a response is continued from and credited at, with at most `boundaries` (> 0;
+    0: all) inside it: the inner boundaries evenly spaced over its steps (the j-th of k after step
+    j * n / (k + 1) of n, rounded half up), its last step's end always kept. The steps between two
+    kept ends form one segment (SPO's segment-level values), valued and credited as one step."""
+    ends = list(ends)
+    inner = len(ends) - 1
+    if boundaries <= 0 or inner <= boundaries:
+        return ends
+    picks = [int(j * len(ends) / (boundaries + 1) + 0.5) for j in range(1, boundaries + 1)]  # distinct, in [1, inner]
+    return [ends[p - 1] for p in picks] + [ends[-1]]
+
+
+def trim_row(row: list[int], eos_id: int, pad_id: int) -> list[int]:
     """A generated row up to and with its first EOS; without one, trailing padding removed."""
     if eos_id in row:
         return row[: row.index(eos_id) + 1]

@@ -39,6 +39,14 @@ class ContinuationSettings:
     prover_best_of: int = field(default=1, metadata={"help": "K: the prover is Best-of-K of --prover (right when one "
                                                               "of K tries is; Q_K = 1 - (1 - q)^K, estimated as "
                                                               "pass@K from the continuations)."})
+    continuation_boundaries: int = field(
+        default=0,
+        metadata={"help": "mc_values and progress rewards: continue from at most k boundaries inside each "
+                          "response, evenly spaced over its steps (0: every boundary). The steps between two of "
+                          "them form one segment, valued and credited as one step (SPO's segment-level values): "
+                          "continuations cost about mc_rollouts x k instead of x (steps - 1), the credit is "
+                          "coarser (rl.continuations.segment_ends; docs/results/progress_rewards.md)."},
+    )
     continuation_sampling: str = field(
         default="separate",
         metadata={"help": "How mc_values' and the prover's continuations are sampled: 'separate' (every prefix "

@@ -30,7 +30,7 @@ from reasoning.types import Problem
 from rl import distributed as D
 from rl import ppo_math as M
 from rl.batches import Rollouts, StepValues
-from rl.continuations import sample_shared
+from rl.continuations import sample_shared, segment_ends, trim_row
 from rl.ppo_config import StepPPOConfig
 from rl.progress import best_of_k, place_progress, progress_stats
 from rl.reward_table import Responses, RewardPlacer, step_end_tokens, without_eos
@@ -216,7 +216,7 @@ class RolloutSampler:
 
     @torch.no_grad()
     def sample_continuations(self, prefixes: list[list[int]], budgets: list[int], prover: str = "policy",
-                             copies: int = 1, owners: list[int] | None = None
+                             copies: int = 1, owners: list[int] | None = None, expected: list[int] | None = None
                              ) -> tuple[list[list[int]], dict[str, float]]:
         """`copies` continuations of each token prefix (prompt and response tokens), one list request
         after request with `copies` consecutive ones each, sampled as rollouts are from `prover`
@@ -226,7 +226,10 @@ class RolloutSampler:
         --continuation_sampling shared (`rl.continuations`): identical prefixes continued once and
         their continuations shared, and the prefixes of one owner (`owners[i]`, the response they are
         cut from) encoded once, from the longest of them. separate: every prefix re-encoded by
-        `generate`, chunks of `generation_batch_size` rows sorted by budget."""
+        `generate`, chunks of `generation_batch_size` rows sorted by `expected[i]` (how long request
+        i's continuation is likely to run: the rest of the response it is cut from) where given, else by
+        budget, so that the rows of a call end at about the same time (a call runs until its longest
+        row ends). `continuations/fill` is the share of the rows' decoding steps that sampled a token."""
         args, tok = self.args, self.tokenizer
         device = self.accelerator.device
         with self.prover_for_generation(prover) as policy:
@@ -238,7 +241,7 @@ class RolloutSampler:
                     out, done = sample_shared(policy, sources, requests, budgets, copies, args.continuation_batch_size,
                                               self.sampling_kwargs(), tok.pad_token_id, tok.eos_token_id, device)
                 else:
-                    out, done = self._sample_separate(policy, prefixes, budgets, copies)
+                    out, done = self._sample_separate(policy, prefixes, budgets, copies, expected)
             finally:
                 if was_training:
                     policy.train()
@@ -246,15 +249,17 @@ class RolloutSampler:
         stats["continuations/requests"] = float(len(prefixes))
         return out, stats
 
-    def _sample_separate(self, policy, prefixes: list[list[int]], budgets: list[int], copies: int
-                         ) -> tuple[list[list[int]], dict[str, float]]:
+    def _sample_separate(self, policy, prefixes: list[list[int]], budgets: list[int], copies: int,
+                         expected: list[int] | None = None) -> tuple[list[list[int]], dict[str, float]]:
         """Each prefix, `copies` times, re-encoded by `generate`: chunks of `generation_batch_size` rows,
-        sorted by budget so that a call runs about as long as each of its rows needs."""
+        sorted by expected length (else budget) so that a call runs about as long as each of its rows needs."""
         args, tok = self.args, self.tokenizer
         rows = [i for i in range(len(prefixes)) for _ in range(copies)]
         out: list[list[int]] = [[] for _ in rows]
-        order = sorted(range(len(rows)), key=lambda r: (-budgets[rows[r]], -len(prefixes[rows[r]])))
-        calls = 0
+        likely = expected if expected is not None else budgets
+        order = sorted(range(len(rows)), key=lambda r: (-min(likely[rows[r]], budgets[rows[r]]), -budgets[rows[r]],
+                                                        -len(prefixes[rows[r]])))
+        calls = steps = 0
         for start in range(0, len(order), args.generation_batch_size):
             chunk = order[start : start + args.generation_batch_size]
             width = max(len(prefixes[rows[r]]) for r in chunk)
@@ -268,10 +273,12 @@ class RolloutSampler:
             gen = policy.generate(input_ids=ids.to(device), attention_mask=attention.to(device),
                                   max_new_tokens=max(budgets[rows[r]] for r in chunk), **self.sampling_kwargs())
             calls += 1
+            steps += len(chunk) * (gen.shape[1] - width)
             for at, r in enumerate(chunk):
                 out[r] = trim_generated(tok, gen[at, width:].tolist()[: budgets[rows[r]]])
+        tokens = float(sum(len(c) for c in out))
         return out, {"distinct": float(len(prefixes)), "rows": float(len(rows)), "generate_calls": float(calls),
-                     "tokens": float(sum(len(c) for c in out))}
+                     "tokens": tokens, "fill": tokens / steps if steps else 1.0}
 
     def mc_step_values(self, batch: Rollouts, rewards: torch.Tensor, placer: RewardPlacer) -> StepValues:
         """VinePPO's Monte Carlo values of the step boundaries of every response in `batch`, whose
@@ -292,7 +299,9 @@ class RolloutSampler:
         prefixes = [batch.query_ids[i][batch.query_mask[i].bool()].tolist() + head for i, head in zip(owners, heads)]
         budgets = [args.max_completion_length - len(h) for h in heads]
         # every rank samples, with or without prefixes: under ZeRO-3 gathering the policy is collective
-        continuations, sampling = self.sample_continuations(prefixes, budgets, copies=m, owners=owners)
+        lengths = batch.response_mask.sum(-1).long().tolist()
+        rest = [lengths[i] - len(h) for i, h in zip(owners, heads)]  # how long a continuation likely runs
+        continuations, sampling = self.sample_continuations(prefixes, budgets, copies=m, owners=owners, expected=rest)
         graded = torch.zeros(0)
         if continuations:
             whole, whole_mask, texts = response_tensors(
@@ -313,8 +322,9 @@ class RolloutSampler:
         return StepValues(step_values, M.token_steps_from_ends(step_ends, batch.response_ids.shape[1]), stats)
 
     def _mc_prefixes(self, batch: Rollouts) -> tuple[list[list[int]], list[list[int]], list[int], int]:
-        """The step-end tokens of every response (sorted, distinct), the response part of each
-        prefix to continue (each boundary inside a response, in order), the response each prefix is
+        """The step-end tokens of every response (sorted, distinct; with --continuation_boundaries k,
+        those of its segments: `rl.continuations.segment_ends`), the response part of each prefix to
+        continue (each of those boundaries inside a response, in order), the response each prefix is
         of, and how many responses' steps could not be located."""
         responses = Responses.of(batch.response_ids, batch.response_mask, batch.texts, self.tokenizer)
         step_ends, heads, owners, unlocated = [], [], [], 0
@@ -322,7 +332,7 @@ class RolloutSampler:
             at = step_end_tokens(self.tokenizer, body, batch.texts[i], len(responses.paths[i].steps))
             if at is None:
                 unlocated += 1
-            ends = sorted(set(at or []))
+            ends = segment_ends(sorted(set(at or [])), self.args.continuation_boundaries)
             step_ends.append(ends)
             for end in ends[:-1]:  # the boundaries inside the response; the last step's end is terminal
                 heads.append(body[: end + 1])
@@ -345,14 +355,15 @@ class RolloutSampler:
         owners = owners + (list(range(0, n, args.num_generations)) if args.prover == "sft" else [])
         heads = heads + [[] for _ in range(len(owners) - len(heads))]
         prompts = [batch.query_ids[i][batch.query_mask[i].bool()].tolist() for i in range(n)]
+        lengths = batch.response_mask.sum(-1).long().tolist()
+        rest = [lengths[i] - len(h) for i, h in zip(owners, heads)]  # how long a continuation likely runs
         continuations, sampling = self.sample_continuations([prompts[i] + h for i, h in zip(owners, heads)],
                                                             [args.max_completion_length - len(h) for h in heads],
-                                                            prover=args.prover, copies=m, owners=owners)
+                                                            prover=args.prover, copies=m, owners=owners, expected=rest)
         heads, owners = [h for h in heads for _ in range(m)], [i for i in owners for _ in range(m)]
         texts = response_tensors(self.tokenizer, [h + c for h, c in zip(heads, continuations)])[2] if heads else []
         graded = [answer_correct(t, batch.problems[i], args.answer_match) for t, i in zip(texts, owners)]
         q_rows = self._q_rows(step_ends, graded, right)
-        lengths = batch.response_mask.sum(-1).long().tolist()
         assert batch.reward_mask is not None, "the reward placement marks where it paid first"
         placed, marks = place_progress(rewards.cpu(), batch.reward_mask.cpu(), q_rows,
                                        [ends or None for ends in step_ends], lengths, args.progress_coef)
@@ -405,11 +416,7 @@ def with_eos(ids: list[int], finish_reason: str | None, eos: int) -> list[int]:
 
 def trim_generated(tok, row: list[int]) -> list[int]:
     """A generated row up to and with its first EOS; without one, the trailing padding removed."""
-    if tok.eos_token_id in row:
-        return row[: row.index(tok.eos_token_id) + 1]
-    while row and row[-1] == tok.pad_token_id and tok.pad_token_id != tok.eos_token_id:
-        row.pop()
-    return row
+    return trim_row(row, tok.eos_token_id, tok.pad_token_id)
 
 
 def response_tensors(tok, response_lists: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, list[str]]:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from test_mc_values import make_trainer, policy_dir  # noqa: F401  (policy_dir: a fixture)
 
-from rl.continuations import chunks, encode_sources, plan, row_cache, sample_shared
+from rl.continuations import chunks, encode_sources, plan, row_cache, sample_shared, segment_ends
 from rl.models import build_tiny_causal_lm
 from rl.rollouts import _sources_of
 
@@ -159,3 +159,28 @@ def test_the_trainer_measures_the_same_either_way_and_shares_samples(policy_dir,
     assert shared[tokens] == shared["continuations/tokens"] > 0
     # two equal prefixes: shared samples 3 rows for both, separate 6
     assert got["shared"][1]["continuations/rows"] == 3 and got["separate"][1]["continuations/rows"] == 6
+
+
+def test_segment_ends_keep_k_evenly_spaced_boundaries_and_the_last_end():
+    ends = [3, 7, 12, 20, 25, 31]  # six steps: five boundaries inside
+    assert segment_ends(ends, 0) == ends and segment_ends(ends, 5) == ends and segment_ends(ends, 9) == ends
+    assert segment_ends(ends, 1) == [12, 31]  # after step 3 of 6
+    assert segment_ends(ends, 2) == [7, 20, 31]  # after steps 2 and 4
+    assert segment_ends(ends, 3) == [7, 12, 25, 31]  # after steps 1.5, 3 and 4.5, rounded half up
+    assert segment_ends([5], 2) == [5] and segment_ends([], 2) == []
+    for k in range(1, 8):
+        for n in range(1, 12):
+            got = segment_ends(list(range(n)), k)
+            assert got[-1] == n - 1 and got == sorted(set(got)) and len(got) - 1 == min(k, n - 1)
+
+
+def test_a_run_stored_before_the_continuation_settings_existed_resumes_with_their_defaults():
+    from rl.ppo_config import StepPPOConfig
+    from rl.run_dir import settings_changes
+
+    defaults = StepPPOConfig(output_dir="unused", report_to="none")
+    names = ("continuation_sampling", "continuation_batch_size", "continuation_boundaries")
+    current = {"learning_rate": 1e-3, **{n: getattr(defaults, n) for n in names}}
+    assert settings_changes({"learning_rate": 1e-3}, current) == []  # stored before they existed
+    assert settings_changes({"learning_rate": 1e-3}, {**current, "continuation_boundaries": 2}) == [
+        "continuation_boundaries: 0 -> 2"]

@@ -95,7 +95,7 @@ def test_boundary_values_are_the_mean_reward_of_their_continuations(policy_dir, 
 
     prompt_len = int(batch.query_mask[0].sum())
 
-    def fake_continuations(prefixes, budgets, prover="policy", copies=1, owners=None):
+    def fake_continuations(prefixes, budgets, prover="policy", copies=1, owners=None, expected=None):
         out = []
         for prefix, budget in ((p, b) for p, b in zip(prefixes, budgets) for _ in range(copies)):
             head = prefix[prompt_len:]  # the response's tokens up to a step's end
@@ -135,6 +135,39 @@ def test_boundary_values_are_the_mean_reward_of_their_continuations(policy_dir, 
     assert adv[0, second:n_tokens].tolist() == pytest.approx([0.625] * (n_tokens - second))
     other = int(batch.response_mask[1].sum())
     assert adv[1, :other].tolist() == pytest.approx([-1.0] * other) and adv[1, other:].abs().sum() == 0
+
+
+def test_segments_value_their_kept_boundaries_only(policy_dir, tmp_path):
+    """--continuation_boundaries 1 on three steps: values after step 2 only; step 1 and 2 are one
+    segment, every token of it credited with the change of value across the segment."""
+    from rl import ppo_math as M
+
+    trainer, tok, train = make_trainer(policy_dir, tmp_path, continuation_boundaries=1)
+    problem = train[0]
+    right = join_steps([f"The answer is <ans>{problem.answer}</ans>."])
+    wrong = join_steps([f"The answer is <ans>{int(problem.answer) + 1}</ans>."])
+    three = join_steps(["Ava has 3 + 4 = 7 apples.", "So 7 - 2 = 5.", f"The answer is <ans>{problem.answer}</ans>."])
+    batch = batch_of(tok, [problem, problem], [three, wrong])
+    prompt_len = int(batch.query_mask[0].sum())
+    held = []
+
+    def fake_continuations(prefixes, budgets, prover="policy", copies=1, owners=None, expected=None):
+        held.extend(tok.decode(p[prompt_len:], skip_special_tokens=True).count("</Step>") for p in prefixes)
+        out = [tok(piece, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+               for _ in prefixes for piece in [right, wrong, wrong, wrong][:copies]]
+        return out, {"continuations/tokens": float(sum(len(c) for c in out))}
+
+    trainer.sampler.sample_continuations = fake_continuations
+    rewards, _ = trainer.rewards(batch)
+    got = trainer.sampler.mc_step_values(batch, rewards, trainer.rewards)
+    assert held == [2] and got.stats["rollout/mc_prefixes"] == 1
+    assert got.values[0].tolist()[:3] == pytest.approx([0.0, 0.25, 1.0])
+    adv = M.step_value_advantages(got.values, got.token_steps, batch.response_mask)
+    second = next(n for n in range(1, batch.response_ids.shape[1] + 1)
+                  if tok.decode(batch.response_ids[0, :n].tolist(), skip_special_tokens=True).count("</Step>") == 2)
+    n_tokens = int(batch.response_mask[0].sum())
+    assert adv[0, :second].tolist() == pytest.approx([0.25] * second)  # steps 1 and 2: 0.25 - 0
+    assert adv[0, second:n_tokens].tolist() == pytest.approx([0.75] * (n_tokens - second))  # step 3: 1 - 0.25
 
 
 def test_continuations_come_from_the_prefix_within_their_budget(policy_dir, tmp_path):

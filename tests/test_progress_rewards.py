@@ -80,7 +80,7 @@ def _scripted(trainer, tok, batch, script):
     prompt_len = int(batch.query_mask[0].sum())
     calls = []
 
-    def fake(prefixes, budgets, prover="policy", copies=1, owners=None):
+    def fake(prefixes, budgets, prover="policy", copies=1, owners=None, expected=None):
         calls.append(prover)
         out = []
         for prefix in (p for p in prefixes for _ in range(copies)):
@@ -134,6 +134,31 @@ def test_q_values_and_placed_progress_from_the_provers_continuations(policy_dir,
     pieces = [right, wrong, right, right] + ([wrong, wrong] if prover == "sft" else [])
     assert stats["rollout/progress_tokens"] == sum(len(tok(s, add_special_tokens=False)["input_ids"]) + 1
                                                    for s in pieces)  # each continuation and its EOS
+
+
+def test_segments_continue_from_fewer_boundaries_and_credit_each_segment(policy_dir, tmp_path):  # noqa: F811
+    """--continuation_boundaries 1 on a four-step response: continued from its middle boundary only
+    (after step 2), the two segments' progress placed at the ends of steps 2 and 4."""
+    trainer, tok, train = make_trainer(policy_dir, tmp_path, advantage_estimator="group", reward="gold+progress",
+                                       progress_rollouts=2, progress_coef=1.0, continuation_boundaries=1)
+    problem = train[0]
+    wrong = join_steps([f"The answer is <ans>{int(problem.answer) + 1}</ans>."])
+    right = join_steps([f"The answer is <ans>{problem.answer}</ans>."])
+    four = join_steps(["Ava has 3 + 4 = 7 apples.", "So 7 - 2 = 5.", "Then 5 + 0 = 5.",
+                       f"The answer is <ans>{problem.answer}</ans>."])
+    batch = batch_of(tok, [problem, problem], [four, wrong])
+    calls = _scripted(trainer, tok, batch, {2: [right, wrong]})
+    scores, _ = trainer.rewards(batch)
+    placed, stats = trainer.sampler.progress_rewards(batch, scores)
+    assert sorted(calls[1:]) == [2, 2]  # two continuations, both after the second step
+    responses = Responses.of(batch.response_ids, batch.response_mask, batch.texts, tok)
+    ends = step_end_tokens(tok, responses.bodies[0], batch.texts[0], len(responses.paths[0].steps))
+    assert len(ends) == 4
+    added = (placed[0] - scores[0]).tolist()
+    # Q: 0 (the other sample is wrong), 0.5 after step 2, 1 at the end (right)
+    assert added[ends[1]] == pytest.approx(0.5) and added[ends[3]] == pytest.approx(0.5)
+    assert added[ends[0]] == 0 and added[ends[2]] == 0 and batch.reward_mask[0, ends[0]] == 0
+    assert stats["rollout/progress_prefixes"] == 1.0
 
 
 def test_the_sft_prover_is_the_frozen_reference(policy_dir, tmp_path):  # noqa: F811
@@ -212,6 +237,9 @@ BASE = ["--output_dir", "RUN", "--prompts_per_update", "2", "--num_mini_batches"
     (["--reward", "gold", "--prover", "sft"], "--prover applies to --reward progress and gold+progress only"),
     (["--reward", "gold", "--progress_coef", "0.5"], "--progress_coef applies to --reward progress"),
     (["--reward", "gold+progress", "--advantage_estimator", "mc_values"], "needs --reward gold, got 'gold+progress'"),
+    (["--reward", "gold", "--continuation_boundaries", "2"],
+     "--continuation_boundaries applies to --advantage_estimator mc_values and --reward progress or gold+progress"),
+    (["--reward", "progress", "--continuation_boundaries", "-1"], "--continuation_boundaries must be >= 0, got -1"),
     (["--reward", "progress", "--num_generations", "1", "--advantage_estimator", "gae"],
      "--prover policy values each prompt by its other samples: it needs --num_generations >= 2"),
 ])
