@@ -184,3 +184,26 @@ def test_a_run_stored_before_the_continuation_settings_existed_resumes_with_thei
     assert settings_changes({"learning_rate": 1e-3}, current) == []  # stored before they existed
     assert settings_changes({"learning_rate": 1e-3}, {**current, "continuation_boundaries": 2}) == [
         "continuation_boundaries: 0 -> 2"]
+
+
+def test_separate_chunks_follow_the_expected_lengths_and_report_their_fill(policy_dir, tmp_path):  # noqa: F811
+    """--continuation_sampling separate with `expected`: rows sorted by how long they likely run
+    (not by budget), so that a call's rows end together; `fill` is the share of the calls' decoding
+    steps (rows x steps) that sampled a kept token."""
+    trainer, tok, _ = make_trainer(policy_dir, tmp_path, reward="gold+progress", advantage_estimator="group",
+                                   continuation_sampling="separate", generation_batch_size=2)
+    policy = trainer.accelerator.unwrap_model(trainer.model).policy
+    real, calls = policy.generate, []
+
+    def spy(**kwargs):
+        gen, ids = real(**kwargs), kwargs["input_ids"]
+        calls.append((ids[:, -1].tolist(), gen.shape[0] * (gen.shape[1] - ids.shape[1])))
+        return gen
+
+    policy.generate = spy
+    prefixes = [[5, 6, 10 + i] for i in range(4)]  # each request known by its last token
+    out, stats = trainer.sampler.sample_continuations(prefixes, [12, 12, 12, 12], expected=[1, 12, 2, 11])
+    assert [sorted(ids) for ids, _ in calls] == [[11, 13], [10, 12]]  # the two longest together, then the rest
+    assert stats["continuations/generate_calls"] == 2 and stats["continuations/tokens"] == sum(len(c) for c in out)
+    assert stats["continuations/fill"] == pytest.approx(sum(len(c) for c in out) / sum(s for _, s in calls))
+    assert 0 < stats["continuations/fill"] <= 1
