@@ -3,7 +3,8 @@ progress rewards (PAV) and Monte Carlo values (VinePPO) against the answer check
 continuations sampled shared (`--continuation_sampling shared`) and separately (the earlier way).
 
     python -m experiments.bench_continuations --config configs/ppo/long_world.yaml [--updates 3]
-        [--variants gold,progress_shared,progress_separate,mc_shared,mc_separate,progress_seg2,mc_seg2]
+        [--variants gold,progress_shared,progress_separate,mc_shared,mc_separate,progress_seg2,mc_seg2,
+                    progress_separate+r32]
 
 Every variant is a trainer built from the recipe (the same policy, prompts and seed) with its own
 reward and estimator; they take their updates in turn (update 0 of each, then update 1 of each, ...),
@@ -12,7 +13,8 @@ Prints seconds per update (split into generation, continuations, optimisation), 
 answer check's (the target: <= 3x for progress and mc_values), tokens sampled per update
 (continuations counted, a shared continuation once), generate calls, the share of distinct prefixes
 and the continuations' fill (the share of their rows' decoding steps that sampled a token). The
-`*_seg{k}` variants continue from at most k boundaries inside each response (--continuation_boundaries).
+`*_seg{k}` variants continue from at most k boundaries inside each response (--continuation_boundaries);
+`NAME+rN` is NAME sampled in rounds of N new tokens (--continuation_round_tokens N).
 """
 
 from __future__ import annotations
@@ -41,6 +43,15 @@ for _k in (1, 2, 3):  # SPO's segments: continued from at most k boundaries insi
     VARIANTS[f"mc_seg{_k}"] = [*VARIANTS["mc_separate"], "--continuation_boundaries", str(_k)]
 
 
+def flags_of(name: str) -> list[str] | None:
+    """A variant's flags: VARIANTS[name], or for `NAME+rN` (a separate-sampling variant) NAME's
+    sampled in rounds of N tokens (--continuation_round_tokens N); None for an unknown name."""
+    base, _, rounds = name.partition("+r")
+    if base not in VARIANTS or (rounds and (not rounds.isdigit() or "shared" in base)):
+        return None
+    return [*VARIANTS[base], *(["--continuation_round_tokens", rounds] if rounds else [])]
+
+
 def build(argv: list[str]):
     """A trainer from a command line, as `rl/ppo_step.py` builds it (no probe, no evaluation set)."""
     from transformers import set_seed
@@ -65,15 +76,15 @@ def main() -> int:
     parser.add_argument("extra", nargs="*", help="flags passed to every variant (after --)")
     a = parser.parse_args()
     names = a.variants.split(",")
-    unknown = [n for n in names if n not in VARIANTS]
+    unknown = [n for n in names if flags_of(n) is None]
     if unknown or "gold" not in names:
         print(f"error: --variants: {', '.join(unknown) or 'gold is needed (the ratios are to it)'}; "
-              f"known: {', '.join(VARIANTS)}", file=sys.stderr)
+              f"known: {', '.join(VARIANTS)}, each separate one also as NAME+rN", file=sys.stderr)
         return 2
     tmp = tempfile.mkdtemp(prefix="bench_continuations_")
     common = ["--config", a.config, "--n_probe", "0", "--report_to", "none", "--disable_tqdm", "true",
               "--num_threads", "1", "--max_steps", str(a.updates + 1), *a.extra]
-    trainers = {n: build([*common, "--output_dir", f"{tmp}/{n}", *VARIANTS[n]]) for n in names}
+    trainers = {n: build([*common, "--output_dir", f"{tmp}/{n.replace('+', '_')}", *flags_of(n)]) for n in names}
     rows: dict[str, list[dict[str, float]]] = {n: [] for n in names}
     for update in range(a.updates + 1):
         for name, trainer in trainers.items():
@@ -88,7 +99,7 @@ def main() -> int:
         return sum(m.get(key, 0.0) for m in rows[name]) / len(rows[name])
 
     gold = mean("gold", "wall")
-    print(f"{'variant':<20} {'s/update':>9} {'x gold':>7} {'generate':>9} {'contin.':>8} {'optimize':>9} "
+    print(f"{'variant':<24} {'s/update':>9} {'x gold':>7} {'generate':>9} {'contin.':>8} {'optimize':>9} "
           f"{'tokens':>9} {'x gold':>7} {'calls':>6} {'distinct':>9} {'fill':>5}")
     gold_tokens = mean("gold", "rollout/tokens")
     for name in names:
@@ -96,7 +107,7 @@ def main() -> int:
         requests = mean(name, "continuations/requests")
         distinct = mean(name, "continuations/distinct") / requests if requests else float("nan")
         wall = mean(name, "wall")
-        print(f"{name:<20} {wall:9.2f} {wall / gold:7.2f} {mean(name, 'time/generate'):9.2f} "
+        print(f"{name:<24} {wall:9.2f} {wall / gold:7.2f} {mean(name, 'time/generate'):9.2f} "
               f"{cont:8.2f} {mean(name, 'time/optimize'):9.2f} {mean(name, 'rollout/tokens'):9.0f} "
               f"{mean(name, 'rollout/tokens') / gold_tokens:7.2f} {mean(name, 'continuations/generate_calls'):6.1f} "
               f"{distinct:9.2f} {mean(name, 'continuations/fill') if requests else float('nan'):5.2f}")

@@ -189,6 +189,59 @@ def sample_shared(model, sources: Sequence[Sequence[int]], requests: Sequence[tu
     return out, stats
 
 
+@torch.no_grad()
+def sample_separate(model, prefixes: Sequence[Sequence[int]], budgets: Sequence[int], copies: int, batch_size: int,
+                    generate_kwargs: dict[str, Any], pad_id: int, eos_id: int, device,
+                    expected: Sequence[int] | None = None, round_tokens: int = 0
+                    ) -> tuple[list[list[int]], dict[str, float]]:
+    """`copies` continuations of each prefix, at most `budgets[i]` tokens each, trimmed after their
+    first EOS (a list prefix after prefix, `copies` consecutive ones each), every row re-encoded by
+    `generate`: chunks of `batch_size` rows sorted by how long each likely runs (`expected[i]`, else
+    its budget), so that the rows of a call end at about the same time, since a call runs until its
+    longest row ends.
+
+    `round_tokens` > 0 samples in rounds of at most that many new tokens: a row that has neither
+    ended (EOS) nor used its budget goes on in the next round from its prefix and what it has
+    sampled, re-sorted with the others, so a call no longer waits for a long row while the rest have
+    ended. A continuation is sampled from the same distribution either way (each token depends on
+    the tokens before it only, under temperature and top-p); only the random draws differ. Also
+    returns `distinct` (the prefixes), `rows`, `generate_calls`, `rounds`, the `tokens` sampled and
+    `fill`, the share of the calls' decoding steps (rows x new positions) that sampled a kept token."""
+    rows = [i for i in range(len(prefixes)) for _ in range(copies)]
+    out: list[list[int]] = [[] for _ in rows]
+    likely = list(expected) if expected is not None else list(budgets)
+    pending = list(range(len(rows)))
+    calls = steps = rounds = 0
+    while pending:
+        rounds += 1
+        order = sorted(pending, key=lambda r: (-min(likely[rows[r]] - len(out[r]), budgets[rows[r]] - len(out[r])),
+                                               -budgets[rows[r]], -len(prefixes[rows[r]])))
+        pending = []
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            heads = [list(prefixes[rows[r]]) + out[r] for r in chunk]
+            left = [int(budgets[rows[r]]) - len(out[r]) for r in chunk]
+            width = max(len(h) for h in heads)
+            ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+            mask = torch.zeros((len(chunk), width), dtype=torch.long)
+            for at, head in enumerate(heads):  # left padding, as the rollouts' prompts have
+                ids[at, width - len(head) :] = torch.tensor(head)
+                mask[at, width - len(head) :] = 1
+            new = max(left) if round_tokens <= 0 else min(max(left), round_tokens)
+            gen = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=new,
+                                 **generate_kwargs)
+            calls += 1
+            steps += len(chunk) * (gen.shape[1] - width)
+            for at, r in enumerate(chunk):
+                piece = trim_row(gen[at, width:].tolist()[: left[at]], eos_id, pad_id)
+                out[r].extend(piece)
+                if not (piece and piece[-1] == eos_id) and len(piece) < left[at] and len(piece) == new:
+                    pending.append(r)  # cut by the round, not ended: goes on
+    tokens = float(sum(len(c) for c in out))
+    return out, {"distinct": float(len(prefixes)), "rows": float(len(rows)), "generate_calls": float(calls),
+                 "rounds": float(rounds), "tokens": tokens, "fill": tokens / steps if steps else 1.0}
+
+
 def segment_ends(ends: Sequence[int], boundaries: int) -> list[int]:
     """The step ends a response is continued from and credited at, with at most `boundaries` (> 0;
     0: all) inside it: the inner boundaries evenly spaced over its steps (the j-th of k after step

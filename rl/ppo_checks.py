@@ -154,7 +154,7 @@ def check_ranges(config) -> None:
                  "num_mini_batches", "n_prompts", "generation_batch_size", "continuation_batch_size"):
         if getattr(config, name) < 1:
             raise ValueError(f"--{name} must be >= 1, got {getattr(config, name)}")
-    for name in ("n_probe", "probe_every", "continuation_boundaries"):
+    for name in ("n_probe", "probe_every", "continuation_boundaries", "continuation_round_tokens"):
         if getattr(config, name) < 0:
             raise ValueError(f"--{name} must be >= 0, got {getattr(config, name)}")
     for name in ("temperature", "max_train_seconds"):  # max_train_seconds None: no limit
@@ -179,7 +179,10 @@ def check_estimator_settings(config) -> None:
                          f"samples all got the same rewards); got {config.advantage_estimator!r}")
     if estimator.monte_carlo:
         check_mc_values(config)
-    elif config.continuation_boundaries and not REWARDS[config.reward].progress:
+    if config.continuation_round_tokens and config.continuation_sampling != "separate":
+        raise ValueError("--continuation_round_tokens applies to --continuation_sampling separate, got "
+                         f"{config.continuation_sampling}")
+    if config.continuation_boundaries and not (estimator.monte_carlo or REWARDS[config.reward].progress):
         raise ValueError("--continuation_boundaries applies to --advantage_estimator mc_values and --reward "
                          f"progress or gold+progress only, got --reward {config.reward} with --advantage_estimator "
                          f"{config.advantage_estimator}")

@@ -56,6 +56,14 @@ class ContinuationSettings:
                           "rl/continuations.py). The same sampling either way: generate's, at the rollout "
                           "temperature and top-p."},
     )
+    continuation_round_tokens: int = field(
+        default=0,
+        metadata={"help": "--continuation_sampling separate: sample in rounds of at most this many new tokens; "
+                          "a row not yet ended goes on in the next round from where it stopped, so a generate "
+                          "call does not wait for its longest row while the others have ended (the same "
+                          "distribution of continuations, other random draws). 0: one round, each call to its "
+                          "rows' budget."},
+    )
     continuation_batch_size: int = field(
         default=512,
         metadata={"help": "--continuation_sampling shared: continuation rows per generate call (whole "

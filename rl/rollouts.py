@@ -30,7 +30,7 @@ from reasoning.types import Problem
 from rl import distributed as D
 from rl import ppo_math as M
 from rl.batches import Rollouts, StepValues
-from rl.continuations import sample_shared, segment_ends, trim_row
+from rl.continuations import sample_separate, sample_shared, segment_ends, trim_row
 from rl.ppo_config import StepPPOConfig
 from rl.progress import best_of_k, place_progress, progress_stats
 from rl.reward_table import Responses, RewardPlacer, step_end_tokens, without_eos
@@ -225,11 +225,10 @@ class RolloutSampler:
 
         --continuation_sampling shared (`rl.continuations`): identical prefixes continued once and
         their continuations shared, and the prefixes of one owner (`owners[i]`, the response they are
-        cut from) encoded once, from the longest of them. separate: every prefix re-encoded by
-        `generate`, chunks of `generation_batch_size` rows sorted by `expected[i]` (how long request
-        i's continuation is likely to run: the rest of the response it is cut from) where given, else by
-        budget, so that the rows of a call end at about the same time (a call runs until its longest
-        row ends). `continuations/fill` is the share of the rows' decoding steps that sampled a token."""
+        cut from) encoded once, from the longest of them. separate (`rl.continuations.sample_separate`):
+        every prefix re-encoded by `generate`, chunks of `generation_batch_size` rows sorted by
+        `expected[i]` (how long request i's continuation likely runs: the rest of the response it is
+        cut from) where given, else by budget, in rounds of `--continuation_round_tokens`."""
         args, tok = self.args, self.tokenizer
         device = self.accelerator.device
         with self.prover_for_generation(prover) as policy:
@@ -241,44 +240,15 @@ class RolloutSampler:
                     out, done = sample_shared(policy, sources, requests, budgets, copies, args.continuation_batch_size,
                                               self.sampling_kwargs(), tok.pad_token_id, tok.eos_token_id, device)
                 else:
-                    out, done = self._sample_separate(policy, prefixes, budgets, copies, expected)
+                    out, done = sample_separate(policy, prefixes, budgets, copies, args.generation_batch_size,
+                                                self.sampling_kwargs(), tok.pad_token_id, tok.eos_token_id, device,
+                                                expected, args.continuation_round_tokens)
             finally:
                 if was_training:
                     policy.train()
         stats = {f"continuations/{key}": value for key, value in done.items()}
         stats["continuations/requests"] = float(len(prefixes))
         return out, stats
-
-    def _sample_separate(self, policy, prefixes: list[list[int]], budgets: list[int], copies: int,
-                         expected: list[int] | None = None) -> tuple[list[list[int]], dict[str, float]]:
-        """Each prefix, `copies` times, re-encoded by `generate`: chunks of `generation_batch_size` rows,
-        sorted by expected length (else budget) so that a call runs about as long as each of its rows needs."""
-        args, tok = self.args, self.tokenizer
-        rows = [i for i in range(len(prefixes)) for _ in range(copies)]
-        out: list[list[int]] = [[] for _ in rows]
-        likely = expected if expected is not None else budgets
-        order = sorted(range(len(rows)), key=lambda r: (-min(likely[rows[r]], budgets[rows[r]]), -budgets[rows[r]],
-                                                        -len(prefixes[rows[r]])))
-        calls = steps = 0
-        for start in range(0, len(order), args.generation_batch_size):
-            chunk = order[start : start + args.generation_batch_size]
-            width = max(len(prefixes[rows[r]]) for r in chunk)
-            ids = torch.full((len(chunk), width), tok.pad_token_id, dtype=torch.long)
-            attention = torch.zeros((len(chunk), width), dtype=torch.long)
-            for at, r in enumerate(chunk):  # left padding, as the rollouts' prompts have
-                prefix = prefixes[rows[r]]
-                ids[at, width - len(prefix) :] = torch.tensor(prefix)
-                attention[at, width - len(prefix) :] = 1
-            device = self.accelerator.device
-            gen = policy.generate(input_ids=ids.to(device), attention_mask=attention.to(device),
-                                  max_new_tokens=max(budgets[rows[r]] for r in chunk), **self.sampling_kwargs())
-            calls += 1
-            steps += len(chunk) * (gen.shape[1] - width)
-            for at, r in enumerate(chunk):
-                out[r] = trim_generated(tok, gen[at, width:].tolist()[: budgets[rows[r]]])
-        tokens = float(sum(len(c) for c in out))
-        return out, {"distinct": float(len(prefixes)), "rows": float(len(rows)), "generate_calls": float(calls),
-                     "tokens": tokens, "fill": tokens / steps if steps else 1.0}
 
     def mc_step_values(self, batch: Rollouts, rewards: torch.Tensor, placer: RewardPlacer) -> StepValues:
         """VinePPO's Monte Carlo values of the step boundaries of every response in `batch`, whose

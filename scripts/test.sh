@@ -7,4 +7,4 @@ bash scripts/setup_env.sh
 export OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 .venv/bin/python -m ruff check .
 .venv/bin/python -m mypy
-.venv/bin/python -m pytest -q "$@"
+.venv/bin/python -m pytest -q --durations=30 "$@"

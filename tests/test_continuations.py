@@ -8,7 +8,7 @@ import pytest
 import torch
 from test_mc_values import make_trainer, policy_dir  # noqa: F401  (policy_dir: a fixture)
 
-from rl.continuations import chunks, encode_sources, plan, row_cache, sample_shared, segment_ends
+from rl.continuations import chunks, encode_sources, plan, row_cache, sample_separate, sample_shared, segment_ends
 from rl.models import build_tiny_causal_lm
 from rl.rollouts import _sources_of
 
@@ -207,3 +207,31 @@ def test_separate_chunks_follow_the_expected_lengths_and_report_their_fill(polic
     assert stats["continuations/generate_calls"] == 2 and stats["continuations/tokens"] == sum(len(c) for c in out)
     assert stats["continuations/fill"] == pytest.approx(sum(len(c) for c in out) / sum(s for _, s in calls))
     assert 0 < stats["continuations/fill"] <= 1
+
+
+@pytest.mark.parametrize("round_tokens", [0, 1, 4])
+def test_separate_rounds_continue_where_they_stopped(model_and_tok, round_tokens):
+    """Greedy, so that the draws cannot differ: in rounds of 1 or 4 new tokens each row is the row
+    `generate` gives from its prefix alone, within its budget and ended at the first EOS (here a
+    token the greedy continuations do emit, so that some rows end inside a round and leave)."""
+    model, tok = model_and_tok
+    sources = sources_of(model, tok, n=3, length=20, seed=2)
+    prefixes = [sources[s][:cut] for s in range(3) for cut in (4, 9, 15)]
+    budgets = [5 + 3 * (i % 3) for i in range(len(prefixes))]  # 5, 8 or 11 new tokens
+    free = dict(do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=None)
+    seen = [model.generate(input_ids=torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                           max_new_tokens=b, **free)[0, len(p):].tolist() for p, b in zip(prefixes, budgets)]
+    eos = seen[0][2]  # the third token of the first row: that row ends inside the first round of 4
+    greedy = dict(do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=eos)
+    out, stats = sample_separate(model, prefixes, budgets, copies=2, batch_size=4, generate_kwargs=greedy,
+                                 pad_id=tok.pad_token_id, eos_id=eos, device="cpu",
+                                 expected=[b - 2 for b in budgets], round_tokens=round_tokens)
+    for i, row in enumerate(seen):
+        want = row[: row.index(eos) + 1] if eos in row else row
+        assert out[2 * i] == want and out[2 * i + 1] == want, (i, round_tokens)
+    assert sum(eos in row for row in seen) < len(seen)  # some rows run to their budget
+    assert stats["tokens"] == sum(len(c) for c in out) and 0 < stats["fill"] <= 1
+    if round_tokens:
+        assert stats["rounds"] == -(-max(budgets) // round_tokens)  # the longest row's budget, round by round
+    else:
+        assert stats["rounds"] == 1 and stats["generate_calls"] == 5  # 18 rows in chunks of 4

@@ -240,6 +240,8 @@ BASE = ["--output_dir", "RUN", "--prompts_per_update", "2", "--num_mini_batches"
     (["--reward", "gold", "--continuation_boundaries", "2"],
      "--continuation_boundaries applies to --advantage_estimator mc_values and --reward progress or gold+progress"),
     (["--reward", "progress", "--continuation_boundaries", "-1"], "--continuation_boundaries must be >= 0, got -1"),
+    (["--reward", "progress", "--continuation_sampling", "shared", "--continuation_round_tokens", "32"],
+     "--continuation_round_tokens applies to --continuation_sampling separate, got shared"),
     (["--reward", "progress", "--num_generations", "1", "--advantage_estimator", "gae"],
      "--prover policy values each prompt by its other samples: it needs --num_generations >= 2"),
 ])
