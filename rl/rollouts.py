@@ -269,8 +269,7 @@ class RolloutSampler:
         prefixes = [batch.query_ids[i][batch.query_mask[i].bool()].tolist() + head for i, head in zip(owners, heads)]
         budgets = [args.max_completion_length - len(h) for h in heads]
         # every rank samples, with or without prefixes: under ZeRO-3 gathering the policy is collective
-        lengths = batch.response_mask.sum(-1).long().tolist()
-        rest = [lengths[i] - len(h) for i, h in zip(owners, heads)]  # how long a continuation likely runs
+        rest = _rest_of(batch, owners, heads)
         continuations, sampling = self.sample_continuations(prefixes, budgets, copies=m, owners=owners, expected=rest)
         graded = torch.zeros(0)
         if continuations:
@@ -325,8 +324,7 @@ class RolloutSampler:
         owners = owners + (list(range(0, n, args.num_generations)) if args.prover == "sft" else [])
         heads = heads + [[] for _ in range(len(owners) - len(heads))]
         prompts = [batch.query_ids[i][batch.query_mask[i].bool()].tolist() for i in range(n)]
-        lengths = batch.response_mask.sum(-1).long().tolist()
-        rest = [lengths[i] - len(h) for i, h in zip(owners, heads)]  # how long a continuation likely runs
+        rest = _rest_of(batch, owners, heads)
         continuations, sampling = self.sample_continuations([prompts[i] + h for i, h in zip(owners, heads)],
                                                             [args.max_completion_length - len(h) for h in heads],
                                                             prover=args.prover, copies=m, owners=owners, expected=rest)
@@ -336,7 +334,8 @@ class RolloutSampler:
         q_rows = self._q_rows(step_ends, graded, right)
         assert batch.reward_mask is not None, "the reward placement marks where it paid first"
         placed, marks = place_progress(rewards.cpu(), batch.reward_mask.cpu(), q_rows,
-                                       [ends or None for ends in step_ends], lengths, args.progress_coef)
+                                       [ends or None for ends in step_ends],
+                                       batch.response_mask.sum(-1).long().tolist(), args.progress_coef)
         batch.reward_mask = (marks * batch.response_mask.cpu()).to(batch.reward_mask.device)
         stats = {"rollout/progress_tokens": sampling.get("continuations/tokens", 0.0),  # sampled: shared ones once
                  **sampling,
@@ -402,6 +401,12 @@ def response_tensors(tok, response_lists: list[list[int]]) -> tuple[torch.Tensor
             response_mask[i, : len(ids)] = 1.0
         texts.append(tok.decode(without_eos(ids, tok.eos_token_id), skip_special_tokens=True))
     return response_ids, response_mask, texts
+
+
+def _rest_of(batch: Rollouts, owners: list[int], heads: list[list[int]]) -> list[int]:
+    """How long each continuation likely runs: the rest of the response its prefix is cut from."""
+    lengths = batch.response_mask.sum(-1).long().tolist()
+    return [lengths[i] - len(h) for i, h in zip(owners, heads)]
 
 
 def _step_value_rows(step_ends: list[list[int]], values: list[float], start_values: torch.Tensor,
