@@ -5,6 +5,8 @@ The trainer's loop is the same under every launcher; this module holds what diff
 
 - `distributed_state()`: the process group, with the gloo backend where DeepSpeed runs without a GPU
   (accelerate would otherwise give every rank a world of one);
+- `without_shm_op()`: DeepSpeed without a GPU, minus the shared-memory all-reduce it would compile
+  at every process-group init (training never calls it);
 - `configure_deepspeed()`: the DeepSpeed settings a PPO run implies (micro-batch, gradient clipping,
   ZeRO-3 bucket sizes that partition small models too), set before `accelerator.prepare`;
 - `whole_weights()`: load a frozen model (a verifier, a PRM) unpartitioned under ZeRO-3, so that
@@ -18,6 +20,7 @@ Every function that gathers is collective: every rank calls it, in the same orde
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from contextlib import contextmanager, nullcontext
@@ -40,6 +43,29 @@ def has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
+SHM_OP = "deepspeed_shm_comm"
+
+
+def without_shm_op() -> None:
+    """DeepSpeed without a GPU: leave out its shared-memory all-reduce op.
+
+    At every process-group init on a CPU, DeepSpeed loads `deepspeed_shm_comm` through torch's JIT
+    extension builder: g++ on first use (about a minute here), and at every later init a file lock in
+    torch's extension cache (`~/.cache/torch_extensions/.../deepspeed_shm_comm/lock`). A process
+    killed while it holds that lock leaves it behind, and every later DeepSpeed launch on the machine
+    then waits on it forever. The op serves only DeepSpeed-inference's tensor-parallel all-reduce
+    (`inference_all_reduce`); ZeRO training reduces through the process group (gloo here), so marking
+    the op incompatible changes no number of a run and removes the compiler, the lock and the wait.
+    A no-op with a GPU or without deepspeed."""
+    if has_gpu() or importlib.util.find_spec("deepspeed") is None:
+        return
+    import deepspeed.ops
+
+    compatible = getattr(deepspeed.ops, "__compatible_ops__", None)  # probed on first access
+    if isinstance(compatible, dict):
+        compatible[SHM_OP] = False
+
+
 def distributed_state():
     """accelerate's process state for this launch. DeepSpeed without a GPU runs on the gloo backend:
     accelerate picks no backend there, and each rank would believe it is process 0 of 1."""
@@ -47,6 +73,7 @@ def distributed_state():
 
     fsdp2.take_over_launch()  # FSDP2: a plain data-parallel state; the trainer shards (rl.fsdp2)
     if deepspeed_launch() and not has_gpu() and int(os.environ.get("LOCAL_RANK", -1)) != -1:
+        without_shm_op()
         return PartialState(backend="gloo")
     return PartialState()
 

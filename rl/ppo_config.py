@@ -11,7 +11,7 @@ from transformers import TrainingArguments
 from reasoning.steps import ANSWER_MATCHES
 from reward_models.load import kinds_of
 from reward_models.verifier import AGGREGATIONS
-from rl.distributed import deepspeed_launch, has_gpu
+from rl.distributed import deepspeed_launch, has_gpu, without_shm_op
 from rl.ppo_checks import (
     AUTO,
     check_estimator_settings,
@@ -374,6 +374,8 @@ class StepPPOConfig(TrainingArguments, ContinuationSettings):
             # TrainingArguments makes the process group here; DeepSpeed without a GPU runs on gloo
             # (accelerate picks no backend for it, and every rank would be process 0 of 1)
             self.ddp_backend = "gloo"
+        if deepspeed_launch():
+            without_shm_op()  # before TrainingArguments starts DeepSpeed's process group (no-op on a GPU)
         super().__post_init__()
         self.validate()
 

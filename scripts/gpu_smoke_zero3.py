@@ -59,9 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from rl.distributed import gathered
+    from rl.distributed import gathered, without_shm_op
 
     gpu = torch.cuda.is_available()
+    without_shm_op()  # no compiled shared-memory op (and its cache lock) on a CPU
     deepspeed.init_distributed(dist_backend="nccl" if gpu else "gloo")
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=128, hidden_size=args.hidden, intermediate_size=2 * args.hidden,
