@@ -7,6 +7,8 @@ import shlex
 import subprocess
 from pathlib import Path
 
+from _procs import run_tree
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_smoke.sh"
 
@@ -107,9 +109,9 @@ def test_the_same_script_runs_every_ppo_case_on_this_cpu(tmp_path):
     (model / "world_config.json").write_text(json.dumps(world.__dict__))
     env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(ROOT))
     env.pop("ACCELERATE_USE_CPU", None)
-    done = subprocess.run(["bash", str(SCRIPT), "--model", str(model), "--work", str(tmp_path / "work"), "--steps", "2",
-                           "--only", "bf16,zero2,zero3,zero3_gen,lora,multinode,ddp,fsdp2,fsdp2_lora,vllm_rollouts"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
+    done = run_tree(["bash", str(SCRIPT), "--model", str(model), "--work", str(tmp_path / "work"), "--steps", "2",
+                     "--only", "bf16,zero2,zero3,zero3_gen,lora,multinode,ddp,fsdp2,fsdp2_lora,vllm_rollouts"],
+                    900, cwd=ROOT, env=env)
     lines = done.stdout.splitlines()
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert lines[0].startswith("device: cpu")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _procs import kill_tree, run_tree
 
 from reasoning.prompts import solve_prompt
 from reasoning.steps import join_steps
@@ -95,8 +96,7 @@ def env_for(extra: dict[str, str]) -> dict[str, str]:
 
 
 def launch(launcher: list[str], env: dict[str, str], args: list[str], timeout: int = 600):
-    done = subprocess.run(launch_cmd(launcher, args), env=env_for(env), capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
+    done = run_tree(launch_cmd(launcher, args), timeout, env=env_for(env), cwd=ROOT)
     said = ("[rank", "Error", "terminate called", "what():", "Abort", "Exception")  # a C++ abort has no traceback
     rank_lines = "\n".join(line for line in done.stderr.splitlines() if any(word in line for word in said))
     assert done.returncode == 0, rank_lines[-3000:] + "\n---\n" + done.stderr[-2000:]
@@ -330,7 +330,7 @@ def test_a_killed_rank_stops_the_other_and_the_run_resumes_to_the_same_policy(mo
     try:
         _, stderr = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        kill_tree(proc.pid)
         pytest.fail("the surviving rank did not stop within 60 s of its peer's death")
     assert time.time() - killed_at < 60
     assert proc.returncode != 0 and not (out / "eval.json").exists()
