@@ -27,25 +27,14 @@ its summed progress at its last token. The estimators then credit them as any st
 from __future__ import annotations
 
 from collections.abc import Sequence
-from math import comb
 
 import torch
+
+from reward_models.annotate.mc import best_of_k  # noqa: F401 (the prover's Best-of-K, shared with mc labels)
 
 PROVERS = ("policy", "sft")
 """--prover: the policy being trained (its progress is VinePPO's value change), or the frozen
 starting policy (the KL reference, `sft`)."""
-
-
-def best_of_k(right: int, trials: int, k: int) -> float:
-    """The chance that at least one of `k` continuations is right, from `right` of `trials` sampled
-    continuations: the unbiased pass@k estimate where trials >= k, the plug-in 1 − (1 − q)^k below."""
-    if trials < 1 or k < 1 or not 0 <= right <= trials:
-        raise ValueError(f"best_of_k needs 0 <= right <= trials, trials >= 1 and k >= 1; got {right}, {trials}, {k}")
-    if k == 1:
-        return right / trials
-    if trials >= k:
-        return 1.0 - comb(trials - right, k) / comb(trials, k)
-    return 1.0 - (1.0 - right / trials) ** k
 
 
 def step_progress(q_row: Sequence[float]) -> list[float]:

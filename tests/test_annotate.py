@@ -71,6 +71,11 @@ def test_mc_label():
     assert mc_label([False, False], hard=True) == 0.0
     with pytest.raises(ValueError):
         mc_label([])
+    # Best-of-K: one right of four continuations, K = 2: 1 - C(3, 2) / C(4, 2) = 1 - 3/6
+    assert mc_label([True, False, False, False], best_of=2) == pytest.approx(0.5)
+    assert mc_label([True, False, False, False], best_of=4) == 1.0  # every 4-subset holds the right one
+    assert mc_label([False] * 4, best_of=3) == 0.0 and mc_label([True] * 4, best_of=3) == 1.0
+    assert mc_label([True, False], best_of=3) == pytest.approx(1 - 0.5**3)  # fewer rollouts than K: plug-in
 
 
 # ----------------------------------------------------------------------------------------------
@@ -194,6 +199,30 @@ def test_mc_on_scripted_policy(tmp_path, world_rows, hard):
             assert row["exact_labels"] == [1.0] * len(row["labels"])
         else:
             assert row["completions"][0] == WRONG_STEP and row["labels"] == [0.0, 0.0]
+
+
+def test_mc_best_of_k_labels_are_the_provers_pass_at_k_and_old_files_resume(tmp_path, world_rows):
+    """--best_of 2: half of the four rollouts from each gold prefix are right, so a prefix's label is
+    1 - C(2, 2) / C(4, 2) = 5/6; the last step keeps the path's own check; the setting is recorded
+    only when it is not 1, so files labelled before it existed resume."""
+    problems = [row_to_problem(r) for r in world_rows]
+    ann.annotate(config(tmp_path, "mc", paths_per_problem=4, rollouts=4, best_of=2), ScriptedGenerator(world_rows),
+                 problems)
+    rows = read_rows(tmp_path / "mc.jsonl")
+    gold = [r for r in rows if r["answer_correct"]]
+    assert gold and all(r["labels"] == pytest.approx([5 / 6] * (len(r["labels"]) - 1) + [1.0]) for r in gold)
+    assert all(r["labels"] == [0.0, 0.0] for r in rows if not r["answer_correct"])
+    assert json.loads((tmp_path / "mc.jsonl.meta.json").read_text())["best_of"] == 2
+    assert "best_of" not in config(tmp_path, "mc").settings()
+
+
+@pytest.mark.parametrize(("kw", "message"), [({"best_of": 0}, "best_of must be >= 1"),
+                                             ({"best_of": 2, "hard": True}, "give one"),
+                                             ({"best_of": 2, "method": "tree"}, "mc rollouts only")])
+def test_best_of_refusals(tmp_path, kw, message):
+    kw = {"method": "mc", **kw}
+    with pytest.raises(ann.AnnotationError, match=message):
+        ann.annotate(config(tmp_path, **kw), ScriptedGenerator([]), [])
 
 
 def test_exact_and_autopsv_on_scripted_policy(tmp_path):
@@ -436,3 +465,29 @@ def test_answer_match_decides_the_labels(tmp_path, world_rows, match):
     assert all(r["labels"] == [float(right)] * 2 for r in rows)
     meta = json.loads((tmp_path / "outcome.jsonl.meta.json").read_text())
     assert ("answer_match" in json.dumps(meta)) is right  # recorded when not the default, so old files resume
+
+
+@pytest.mark.slow
+def test_a_psv_on_best_of_k_mc_labels_pays_a_ppo_update_as_the_step_reward(policy, tmp_path, capsys):
+    """The progress PSV a user keeps (issue 53, item 3): mc labels under a Best-of-2 prover, a PSV
+    trained on them, and PPO paid by it as `--reward step`, whose default form pays each step the
+    change of the PSV's score across it: PAV's progress, with no continuation sampled during RL."""
+    from reward_models import train as psv_train
+    from rl import ppo_step
+
+    data, psv, out = tmp_path / "mc.jsonl", tmp_path / "psv", tmp_path / "ppo"
+    assert run_cli(policy, data, "mc", "--paths_per_problem", "2", "--rollouts", "2", "--best_of", "2") == 0
+    assert json.loads((tmp_path / "mc.jsonl.meta.json").read_text())["best_of"] == 2
+    assert psv_train.main(["--data", str(data), "--init_from", policy, "--output_dir", str(psv), "--max_steps", "2",
+                           "--disable_tqdm", "true"]) == 0
+    capsys.readouterr()
+    assert ppo_step.main(["--reward", "step", "--verifier", str(psv), "--model_name_or_path", policy,
+                          "--output_dir", str(out), "--build_missing", "false", "--max_steps", "1",
+                          "--prompts_per_update", "4", "--num_generations", "2", "--n_prompts", "8", "--n_eval", "4",
+                          "--max_completion_length", "24", "--disable_tqdm", "true", "--num_threads", "1",
+                          "--n_probe", "0"]) == 0
+    run = json.loads((out / "run_config.json").read_text())
+    flat = json.dumps(run)
+    assert '"reward_shaping": "delta"' in flat and '"step_credit": "own"' in flat, flat[:2000]
+    update = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    assert update["rollout/tokens"] > 0 and "reward/verifier_mean" in update, sorted(update)

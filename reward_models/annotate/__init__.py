@@ -17,8 +17,12 @@ estimated probability that the path so far still leads to the correct answer:
   mean of its children's labels. One row per root-to-leaf path.
 - ``mc`` (Math-Shepherd): `--paths_per_problem` full paths at `--temperature`; from each prefix
   steps[:i+1] (every step but the last) `--rollouts` completions; the step's soft label is the
-  fraction that reach the gold answer (`--hard`: 1.0 if any does). The last step's label is the
-  path's own correctness. Identical prefixes of one question share their rollouts.
+  fraction that reach the gold answer (`--hard`: 1.0 if any does; `--best_of K`: the chance that
+  one of K continuations does, PAV's Best-of-K prover, by the unbiased pass@K estimate). The last
+  step's label is the path's own correctness. Identical prefixes of one question share their
+  rollouts. The labels are the policy's success probability after each step, so a PSV trained on
+  them and paid as `--reward step` pays by default (the delta form) gives PAV's progress rewards
+  with no continuation sampled during RL: the rollouts are paid once.
 - ``autopsv`` (AutoPSV): paths sampled as in mc. The paths of an `--orm_train_fraction` of the
   questions, labelled with their answer correctness only, train an outcome verifier with
   `reward_models.train.train_verifier(..., outcome_only=True)`, initialised from the policy and

@@ -65,6 +65,9 @@ class AnnotateConfig:
         "help": "mc/autopsv/exact/outcome: sampling temperature."})
     rollouts: int = field(default=4, metadata={"help": "mc: completions sampled from each prefix."})
     hard: bool = field(default=False, metadata={"help": "mc: label 1.0 if any rollout is right (else soft)."})
+    best_of: int = field(default=1, metadata={
+        "help": "mc: K, label a prefix by the chance that one of K continuations is right (PAV's Best-of-K "
+                "prover), the unbiased pass@K estimate from the --rollouts (plug-in below K); 1: the fraction."})
     answer_match: str = field(default="strict", metadata={
         "help": "The answer check of every label (a path's answer_correct, an mc rollout's hit): 'strict' counts "
                 "only a stated answer (<ans>, 'answer is', \\boxed); 'flexible' also a trailing number, as "
@@ -92,7 +95,7 @@ class AnnotateConfig:
         if self.method not in METHODS:
             raise AnnotationError(f"--method must be one of {METHODS}, got {self.method!r}")
         positive = ("batch_size", "gen_batch_size", "max_new_tokens", "step_max_new_tokens", "max_depth",
-                    "paths_per_problem", "rollouts")
+                    "paths_per_problem", "rollouts", "best_of")
         for name in positive:
             if getattr(self, name) < 1:
                 raise AnnotationError(f"--{name} must be >= 1, got {getattr(self, name)}")
@@ -105,6 +108,10 @@ class AnnotateConfig:
             check_answer_match(self.answer_match)
         except ValueError as err:
             raise AnnotationError(str(err)) from None
+        if self.best_of > 1 and self.method != "mc":
+            raise AnnotationError(f"--best_of labels mc rollouts only, got --method {self.method}")
+        if self.best_of > 1 and self.hard:
+            raise AnnotationError("--best_of and --hard are two labels of the rollouts: give one")
         if not 0.0 < self.orm_train_fraction < 1.0:
             raise AnnotationError(f"--orm_train_fraction must be in (0, 1), got {self.orm_train_fraction}")
 
@@ -115,6 +122,8 @@ class AnnotateConfig:
             skip.add("chat_template")
         if self.answer_match == "strict":  # likewise: recorded only when not the check files were made with
             skip.add("answer_match")
+        if self.best_of == 1:  # likewise: files labelled before --best_of existed resume
+            skip.add("best_of")
         skip.update(name for name in ("question_column", "answer_column", "allow_test_split")
                     if not getattr(self, name))
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}

@@ -1,9 +1,13 @@
 """`mc` (Math-Shepherd): rollouts from every prefix of each sampled path; a step's label is the
-fraction of its rollouts that reach the gold answer (`--hard`: whether any does)."""
+fraction of its rollouts that reach the gold answer (`--hard`: whether any does; `--best_of K`: the
+chance that one of K does, PAV's Best-of-K prover). Labels of a prefix's success probability under
+the policy as a prover, so a PSV trained on them and paid in the delta form (`--reward step`'s
+default) gives progress rewards without sampling a continuation during RL."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from math import comb
 
 from backends.base import SamplingParams
 from reasoning.prompts import solve_prompt
@@ -12,11 +16,26 @@ from reward_models.annotate.base import derive_seed, make_row
 from reward_models.annotate.sampling import sample_paths
 
 
-def mc_label(hits: Sequence[bool], hard: bool = False) -> float:
-    """Math-Shepherd's label of a prefix from its rollouts: fraction right (soft) or any right (hard)."""
+def best_of_k(right: int, trials: int, k: int) -> float:
+    """The chance that at least one of `k` continuations is right, from `right` of `trials` sampled
+    continuations: the unbiased pass@k estimate where trials >= k, the plug-in 1 − (1 − q)^k below."""
+    if trials < 1 or k < 1 or not 0 <= right <= trials:
+        raise ValueError(f"best_of_k needs 0 <= right <= trials, trials >= 1 and k >= 1; got {right}, {trials}, {k}")
+    if k == 1:
+        return right / trials
+    if trials >= k:
+        return 1.0 - comb(trials - right, k) / comb(trials, k)
+    return 1.0 - (1.0 - right / trials) ** k
+
+
+def mc_label(hits: Sequence[bool], hard: bool = False, best_of: int = 1) -> float:
+    """Math-Shepherd's label of a prefix from its rollouts: fraction right (soft), any right (hard), or
+    the chance that one of `best_of` continuations is right (`best_of_k`; 1 is the fraction)."""
     if not hits:
         raise ValueError("a Monte-Carlo label needs at least one rollout")
-    return float(any(hits)) if hard else sum(map(bool, hits)) / len(hits)
+    if hard:
+        return float(any(hits))
+    return best_of_k(sum(map(bool, hits)), len(hits), best_of)
 
 
 def annotate_group(generator, problems, cfg, group, stats) -> dict[str, list[dict]]:
@@ -43,7 +62,7 @@ def annotate_group(generator, problems, cfg, group, stats) -> dict[str, list[dic
     for i, (problem, paths) in enumerate(zip(problems, sampled)):
         rows = []
         for k, path in enumerate(paths):
-            labels = [mc_label(hits[(i, tuple(path.steps[:end]))], cfg.hard)
+            labels = [mc_label(hits[(i, tuple(path.steps[:end]))], cfg.hard, cfg.best_of)
                       for end in range(1, len(path.steps))]
             rows.append(make_row(problem, "mc", k, path.steps, labels + [float(path.correct)], path.correct))
         out[problem.id] = rows
