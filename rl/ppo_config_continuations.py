@@ -49,10 +49,10 @@ class ContinuationSettings:
     )
     continuation_sampling: str = field(
         default="separate",
-        metadata={"help": "How mc_values' and the prover's continuations are sampled: 'separate' (every prefix "
-                          "re-encoded by generate, chunks of generation_batch_size sorted by budget; the faster "
-                          "on a CPU: docs/results/progress_rewards.md) or 'shared' (identical prefixes continued "
-                          "once; each response encoded once and every prefix's KV cache cut from it; "
+        metadata={"help": "How mc_values' and the prover's continuations are sampled: 'separate' (every "
+                          "prefix re-encoded by generate, chunks of generation_batch_size sorted by expected length; "
+                          "the faster on a CPU: docs/results/progress_rewards.md) or 'shared' (identical prefixes "
+                          "continued once; each response encoded once and every prefix's KV cache cut from it; "
                           "rl/continuations.py). The same sampling either way: generate's, at the rollout "
                           "temperature and top-p."},
     )
