@@ -157,7 +157,7 @@ def check_ranges(config) -> None:
     for name in ("n_probe", "probe_every", "continuation_boundaries", "continuation_round_tokens"):
         if getattr(config, name) < 0:
             raise ValueError(f"--{name} must be >= 0, got {getattr(config, name)}")
-    for name in ("temperature", "max_train_seconds"):  # max_train_seconds None: no limit
+    for name in ("temperature", "max_train_seconds", "max_generated_tokens"):  # None: no limit
         if getattr(config, name) is not None and not getattr(config, name) > 0:
             raise ValueError(f"--{name} must be > 0, got {getattr(config, name)}")
     if not 0 <= config.gamma <= 1 or not 0 <= config.lam <= 1:

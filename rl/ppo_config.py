@@ -159,6 +159,10 @@ class StepPPOConfig(TrainingArguments, ContinuationSettings):
     max_train_seconds: float | None = field(default=None, metadata={"help": "This launch's time limit on updates: "
         "none starts that the last shows would end past it; then save, evaluate and write eval.json (stopped_early) "
         "as at --max_steps; --resume_from_checkpoint auto continues. Evaluation not counted. None: no limit."})
+    max_generated_tokens: int | None = field(default=None, metadata={"help": "The run's budget of sampled tokens "
+        "(rollout/tokens_cumulative: responses and every continuation, mc_values' and the prover's, all processes): "
+        "no update starts that the last shows would end past it; then as at --max_steps (stopped_early). For "
+        "comparisons at equal generated tokens. None: no budget."})
     length_drift_threshold: float = field(default=0.2, metadata={"help": "The length-drift guard (rl/length_drift.py): "
         "one warning line each time |rollout/length_drift| (steps or tokens per response, the mean of the last "
         "--length_drift_updates updates against that of the first, as a relative change) passes this value from "

@@ -42,7 +42,6 @@ from rl import ppo_prepare as P
 from rl.batches import Advantages, LogProbs, Rollouts, StepValues
 from rl.greedy_accuracy import compare_greedy_rows
 from rl.hub import push_folder
-from rl.length_drift import LengthDriftGuard
 from rl.online_prm import online_update
 from rl.ppo_config import StepPPOConfig
 from rl.ppo_eval import PolicyEvaluator
@@ -51,6 +50,7 @@ from rl.reward_table import RewardPlacer
 from rl.rewards import REWARDS, WeightedReward, build_reward_funcs
 from rl.rollouts import RolloutSampler
 from rl.run_dir import RunDir, prepare_run_dir
+from rl.run_limits import RunLimits
 
 
 class PolicyAndCritic(nn.Module):
@@ -141,8 +141,10 @@ class StepPPOTrainer:
         self.segment_end: float | None = None  # when its updates ended: the clock stops there
         self.skipped_batches = 0
         self.stopped_early: str | None = None
-        """Why this launch stopped before --max_steps: 'max_train_seconds' or 'length_drift'."""
-        self.length_guard = LengthDriftGuard(config.length_drift_updates, config.length_drift_threshold)
+        """Why this launch stopped before --max_steps: 'max_train_seconds', 'max_generated_tokens' or
+        'length_drift'."""
+        self.limits = RunLimits(config, self.accelerator)
+        """The length-drift guard, the tokens sampled so far, and when to stop early (`rl.run_limits`)."""
         assert config.output_dir is not None, "StepPPOConfig sets a default --output_dir"
         self.out = Path(config.output_dir)
         self.run = RunDir(self.out)
@@ -206,7 +208,8 @@ class StepPPOTrainer:
         extra["rollout/tokens"] += reward_metrics.get("rollout/progress_tokens", 0.0)  # the prover's too
         if not self._all_ranks(M.is_finite_batch(adv.token_rewards, adv.advantages, adv.returns, logps.old)):
             self.skipped_batches += 1
-            return {"skipped": 1.0, "skipped_batches": float(self.skipped_batches), **reward_metrics}
+            return {"skipped": 1.0, "skipped_batches": float(self.skipped_batches), **reward_metrics,
+                    "rollout/tokens": extra["rollout/tokens"]}  # sampled all the same
         losses = clock.time("optimize", self.optimize, batch, logps, adv, update)
         kl_per_response = logps.kl.sum(-1).mean().item()
         self.kl_ctl.update(kl_per_response, batch.response_mask.shape[0] * self.accelerator.num_processes)
@@ -356,7 +359,7 @@ class StepPPOTrainer:
                                               "beta": float(self.kl_ctl.value),
                                               "reward_stats": self.rewards.stats.state_dict(),
                                               "train_seconds": self.train_seconds(),
-                                              "length_drift": self.length_guard.state_dict()})
+                                              **self.limits.state_dict()})
             for k, prm in enumerate(self.online_prms):
                 torch.save(prm.online_state(), tmp / f"implicit_prm_{k}.pt")
             self.run.write_trainer_state(tmp, self.args, self.update)
@@ -388,8 +391,7 @@ class StepPPOTrainer:
                 prm.load_online_state(torch.load(saved, map_location=self.accelerator.device))
         # the seconds of the segments before this one (a checkpoint from before they were stored: none)
         self.seconds_before = float(state.get("train_seconds", 0.0))
-        # the guard's baseline (a checkpoint from before the guard: it starts again from this update)
-        self.length_guard.load_state_dict(state.get("length_drift", {}))
+        self.limits.load_state_dict(state)  # the tokens sampled and the length guard's window
 
     def train_seconds(self) -> float:
         """Seconds the run has trained, every resumed segment included."""
@@ -485,7 +487,8 @@ class StepPPOTrainer:
             metrics = self.step(self.update)
             self.update += 1
             metrics["update"] = self.update
-            self.stopped_early = self._stop_reason(metrics, started)
+            self.stopped_early = self.limits.after_update(self.update, metrics, time.time() - self.segment_start,
+                                                          time.time() - started)
             last = self.update == args.max_steps or self.stopped_early is not None
             probed = probing and (self.update % args.probe_every == 0 or last)
             if probed:
@@ -502,38 +505,6 @@ class StepPPOTrainer:
             if self.stopped_early:
                 break
         bar.close()
-
-    def _stop_reason(self, metrics: dict[str, float], started: float) -> str | None:
-        """The length-drift guard's metrics added to the update's `metrics` (its warning printed once
-        per crossing), and why the run stops after this update short of --max_steps: 'length_drift'
-        (--stop_on_length_drift), 'max_train_seconds' (the next update is taken to last as long as
-        this one, ending past the limit), or None. Rank 0 decides for all."""
-        args, main = self.args, self.accelerator.is_main_process
-        drift, crossed = self.length_guard.observe(metrics.get("rollout/steps_per_response", 0.0),
-                                                   metrics.get("rollout/response_tokens", 0.0))
-        metrics.update(drift)
-        if crossed and main:
-            print(f"[ppo_step] warning: length drift {drift['rollout/length_drift']:+.0%} at update {self.update} "
-                  f"(past --length_drift_threshold {args.length_drift_threshold:g}): "
-                  f"{self.length_guard.describe(drift)}; is the reward paying for length?", file=sys.stderr, flush=True)
-        if self.update >= args.max_steps:
-            return None
-        if D.main_process_decides(crossed and args.stop_on_length_drift, self.accelerator):
-            if main:
-                print(f"[ppo_step] stopping after update {self.update} of {args.max_steps}: --stop_on_length_drift",
-                      file=sys.stderr, flush=True)
-            return "length_drift"
-        if args.max_train_seconds is None:
-            return None
-        now = time.time()
-        if D.main_process_decides((now - self.segment_start) + (now - started) > args.max_train_seconds,
-                                  self.accelerator):
-            if main:
-                print(f"[ppo_step] stopping after update {self.update} of {args.max_steps}: the next would end "
-                      f"past --max_train_seconds {args.max_train_seconds:g} (--resume_from_checkpoint auto "
-                      "continues the run)", file=sys.stderr, flush=True)
-            return "max_train_seconds"
-        return None
 
     def _finish(self, before: dict[str, Any] | None) -> dict[str, Any]:
         """The trained policy, critic and online PRMs saved (weights gathered: collective under
@@ -569,6 +540,7 @@ class StepPPOTrainer:
                   "processes": self.accelerator.num_processes,
                   "responses_per_update": args.prompts_per_update * args.num_generations
                   * self.accelerator.num_processes, "train_seconds": self.train_seconds(),
+                  "generated_tokens": self.limits.generated_tokens,
                   "stopped_early": self.stopped_early,
                   "prompt_too_long": self.prompt_too_long}
         if before is not None and after is not None:

@@ -185,6 +185,7 @@ MAY_DIFFER_ON_RESUME = frozenset({
     "max_steps", "save_steps", "save_total_limit", "logging_steps", "disable_tqdm", "report_to", "num_threads",
     "resume_from_checkpoint", "overwrite_output_dir", "build_missing", "greedy_eval_batch_size",
     "bootstrap_resamples", "output_dir", "max_train_seconds", "length_drift_threshold", "stop_on_length_drift",
+    "max_generated_tokens",
 })
 """Settings a resumed run may change: none of them changes the updates already made, or what an update does."""
 

@@ -24,6 +24,22 @@ def test_curves_take_update_lines_only_and_the_figure_is_written(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_curves_against_the_tokens_sampled_so_far(tmp_path, capsys):
+    rows = [{"update": 1, "time/update": 2.0, "rollout/tokens_cumulative": 100.0, "rollout/accuracy": 0.25},
+            {"update": 2, "time/update": 2.0, "rollout/tokens_cumulative": 250.0, "rollout/accuracy": 0.5},
+            {"update": 3, "time/update": 2.0, "rollout/accuracy": 0.75}]  # a run from before the metric: skipped
+    run = _run(tmp_path, "seed0", rows)
+    assert metrics_plot.curves(run, ["rollout/accuracy"], "rollout/tokens_cumulative") == {
+        "rollout/accuracy": ([100.0, 250.0], [0.25, 0.5])}
+    out = tmp_path / "tokens.png"
+    assert metrics_plot.main([str(run), "--metrics", "rollout/accuracy", "--x", "rollout/tokens_cumulative",
+                              "--out", str(out)]) == 0
+    old = _run(tmp_path, "old", rows[2:])
+    assert metrics_plot.main([str(old), "--metrics", "rollout/accuracy", "--x", "rollout/tokens_cumulative",
+                              "--out", str(tmp_path / "old.png")]) == 2
+    assert "beside --x 'rollout/tokens_cumulative'" in capsys.readouterr().err
+
+
 def test_a_missing_run_or_a_key_no_run_logs_is_refused(tmp_path, capsys):
     run = _run(tmp_path, "seed0", [{"update": 1, "time/update": 1.0, "rollout/accuracy": 0.1}])
     out = tmp_path / "x.png"

@@ -528,6 +528,42 @@ def test_a_time_limit_stops_after_the_update_that_reaches_it_and_the_run_resumes
     assert [json.loads(x)["update"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2, 3, 4]
 
 
+def test_a_token_budget_stops_before_the_update_that_would_pass_it_and_resumes_counting(models, tmp_path, capsys):
+    """--max_generated_tokens: rollout/tokens_cumulative sums every update's sampled tokens; the run
+    ends after the update whose successor, taken to sample as many tokens, would pass the budget,
+    with its checkpoint; a resumed run goes on counting from the checkpoint's total."""
+    def run(name, *extra):
+        out = tmp_path / name
+        args = tiny_args(models, out, "--n_eval", "2", "--n_probe", "0", "--num_updates", "4", "--save_steps", "0",
+                         "--logging_steps", "1", *extra)
+        assert ppo_step.main(args) == 0
+        rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+        return args, out, [r for r in rows if "rollout/tokens" in r]
+
+    _, whole, rows = run("whole")
+    tokens = [r["rollout/tokens"] for r in rows]
+    cumulative = [r["rollout/tokens_cumulative"] for r in rows]
+    assert len(rows) == 4 and all(t > 0 for t in tokens)
+    assert cumulative == pytest.approx([sum(tokens[: k + 1]) for k in range(4)])
+    assert json.loads((whole / "eval.json").read_text())["generated_tokens"] == pytest.approx(cumulative[-1])
+    budget = int(cumulative[1]) + 1  # two updates fit; a third, the size of the second, would not
+    expected = next(u for u in range(1, 4) if cumulative[u - 1] + tokens[u - 1] > budget)
+    capsys.readouterr()
+    args, out, cut = run("budget", "--max_generated_tokens", str(budget))
+    assert f"stopping after update {expected} of 4" in capsys.readouterr().err
+    result = json.loads((out / "eval.json").read_text())
+    assert result["stopped_early"] == "max_generated_tokens" and result["updates"] == expected
+    spent = result["generated_tokens"]
+    assert spent == pytest.approx(cumulative[expected - 1]) and spent <= budget
+    assert (out / f"checkpoint-{expected}").is_dir() and "greedy_accuracy_after" in result
+    assert ppo_step.main([*args[:-2], "--resume_from_checkpoint", "auto"]) == 0  # the budget dropped
+    resumed = json.loads((out / "eval.json").read_text())
+    assert resumed["updates"] == 4 and resumed["stopped_early"] is None
+    assert resumed["generated_tokens"] == pytest.approx(cumulative[-1])  # the same rollouts, counted on
+    with pytest.raises(ValueError, match="--max_generated_tokens must be > 0"):
+        StepPPOConfig(max_generated_tokens=0)
+
+
 def test_the_evaluation_after_training_is_not_counted_as_training(models, tmp_path, monkeypatch):
     from rl.ppo_eval import PolicyEvaluator
 
