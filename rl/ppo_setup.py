@@ -104,9 +104,6 @@ def check_launch(args: StepPPOConfig) -> None:
     asked for and not installed, or vLLM on a machine without a GPU with a policy whose attention
     heads are narrower than its CPU build runs."""
     fsdp2.check_launch_config()
-    if fsdp2.fsdp_launch() and args.use_vllm:
-        raise ValueError("--use_vllm true is not run under FSDP2 yet (the engine's weight sync reads whole "
-                         "parameters); use DDP or DeepSpeed with --use_vllm, or FSDP2 with --use_vllm false")
     if deepspeed_launch() and importlib.util.find_spec("deepspeed") is None:
         raise ValueError("the accelerate config asks for DeepSpeed, which is not installed: "
                          "pip install -c constraints.txt 'steprl[deepspeed]'")

@@ -448,8 +448,9 @@ def test_launches_that_cannot_work_stop_before_any_model_loads(models, tmp_path,
 
 
 def test_fsdp_configs_the_trainer_does_not_run_stop_in_one_line(models, tmp_path, capsys, monkeypatch):
-    """FSDP1, parameter offload, and vLLM rollouts under FSDP2 are refused in one line, exit 2,
-    before any model loads (the environment is what `accelerate launch` sets from a config)."""
+    """FSDP1 and parameter offload are refused in one line, exit 2, before any model loads (the
+    environment is what `accelerate launch` sets from a config). vLLM under FSDP2 runs:
+    tests/test_vllm_cpu.py."""
     from rl import fsdp2, ppo_step
 
     monkeypatch.setattr(fsdp2, "_SETTINGS", None)
@@ -457,9 +458,7 @@ def test_fsdp_configs_the_trainer_does_not_run_stop_in_one_line(models, tmp_path
     base = ["--model_name_or_path", str(models / "policy"), "--build_missing", "false", "--output_dir",
             str(tmp_path / "run"), "--reward", "gold", "--advantage_estimator", "group"]
     cases = [({"FSDP_VERSION": "1"}, base, "FSDP version 1: the trainer runs FSDP2 only"),
-             ({"FSDP_VERSION": "2", "FSDP_OFFLOAD_PARAMS": "true"}, base, "fsdp_offload_params: true"),
-             ({"FSDP_VERSION": "2", "FSDP_OFFLOAD_PARAMS": "false"}, [*base, "--use_vllm", "true"],
-              "--use_vllm true is not run under FSDP2")]
+             ({"FSDP_VERSION": "2", "FSDP_OFFLOAD_PARAMS": "true"}, base, "fsdp_offload_params: true")]
     for env, argv, said in cases:
         monkeypatch.setattr(fsdp2, "_SETTINGS", None)
         monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")

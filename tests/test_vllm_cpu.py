@@ -107,6 +107,7 @@ def _ppo_args(policy_dir: Path, out: Path, *extra: str) -> list[str]:
             "--report_to", "none", *extra]
 
 
+FSDP2 = ROOT / "configs" / "accelerate" / "fsdp2.yaml"
 CASES = {
     # name: (launcher before the helper, environment, processes, extra PPO flags)
     "1proc_full": ([sys.executable], {}, 1, []),
@@ -115,6 +116,9 @@ CASES = {
                    {"ACCELERATE_USE_CPU": "1"}, 2, []),
     "2proc_lora": ([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CPU_2PROC)],
                    {"ACCELERATE_USE_CPU": "1"}, 2, ["--use_peft", "true", "--lora_r", "4"]),
+    # FSDP2: each rank's policy is sharded; generation and the push run on its all-gathered weights
+    "2proc_fsdp2": ([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(FSDP2),
+                     "--num_processes", "2", "--mixed_precision", "no"], {}, 2, []),
 }
 
 
@@ -122,7 +126,9 @@ CASES = {
 def test_ppo_samples_with_vllm_and_syncs_after_every_update(policy_dir, tmp_path, case):
     launcher, env, processes, extra = CASES[case]
     out, checks = tmp_path / "run", tmp_path / "checks"
-    _run([*launcher, str(HELPER), "ppo", str(checks), "--", *_ppo_args(policy_dir, out, *extra)], _env(**env))
+    done = _run([*launcher, str(HELPER), "ppo", str(checks), "--", *_ppo_args(policy_dir, out, *extra)], _env(**env))
+    if "fsdp2" in case:  # sharded for real, not a silent data-parallel run
+        assert all(f"FSDP2 rank {r}: holds" in done.stderr for r in range(2)), done.stderr[-2000:]
     result = json.loads((out / "eval.json").read_text())
     assert result["processes"] == processes and result["updates"] == 2
     assert (out / "vllm_policy" / "model.safetensors").exists()  # the engine started from the staged policy
