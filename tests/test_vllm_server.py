@@ -247,7 +247,13 @@ def test_ppo_samples_from_the_server_and_pushes_after_every_update(policy_dir, s
     for p in pushes:
         assert p["equal"], (case, p["push"], p["server"], p["hf"])  # token for token after the push
     assert pushes[1]["fingerprint"] != pushes[0]["fingerprint"], case  # the update moved the weights
-    assert pushes[1]["server"] != pushes[0]["server"], case  # and the server decodes the new ones
+    # and the server decodes the new ones: its log-probabilities moved with the weights; its greedy tokens
+    # too under full fine-tuning (a LoRA adapter starts at B = 0, and one update may move the logits too
+    # little to change a greedy token of this tiny policy: seen once in CI)
+    assert len(pushes[0]["server_logprobs"]) == 4
+    assert pushes[1]["server_logprobs"] != pushes[0]["server_logprobs"], case
+    if not case.endswith("lora"):
+        assert pushes[1]["server"] != pushes[0]["server"], case
 
 
 @needs_vllm

@@ -23,6 +23,16 @@ for path in (str(ROOT), str(ROOT / "tests")):
 from vllm_cpu_run import MAX_NEW, hf_greedy, prompt_ids  # noqa: E402
 
 
+def server_logprobs(server, ids: list[list[int]]) -> list[list[float]]:
+    """The log-probability the server gives each greedy token of each prompt: a push that changes
+    the weights at all changes them, where the greedy tokens themselves may not move."""
+    body = {"model": server._model, "prompt": ids, "max_tokens": MAX_NEW, "temperature": 0.0, "top_k": 0,
+            "n": 1, "logprobs": 0}
+    answer = server._call("POST", "/v1/completions", "greedy log-probabilities", body) or {}
+    choices = sorted(answer.get("choices", []), key=lambda c: c.get("index", 0))
+    return [list(c["logprobs"]["token_logprobs"]) for c in choices]
+
+
 def run_ppo(checks_dir: str, ppo_argv: list[str]) -> int:
     import rl.rollouts as rollouts
 
@@ -35,10 +45,11 @@ def run_ppo(checks_dir: str, ppo_argv: list[str]) -> int:
         got = [rollouts.with_eos(t, r, tok.eos_token_id) for t, r in server.complete_ids(ids, MAX_NEW, 0.0)]
         want = hf_greedy(policy, tok, ids)
         fingerprint = sum(float(p.detach().double().sum()) for p in policy.parameters())
+        logprobs = server_logprobs(server, ids)
         pushes.append(1)
         rank = int(os.environ.get("RANK", "0"))
         line = {"rank": rank, "push": len(pushes), "equal": got == want, "server": got, "hf": want,
-                "fingerprint": fingerprint, "lora": hasattr(policy, "peft_config"),
+                "fingerprint": fingerprint, "server_logprobs": logprobs, "lora": hasattr(policy, "peft_config"),
                 "files": sorted(p.name for p in Path(directory).iterdir())}
         Path(checks_dir).mkdir(parents=True, exist_ok=True)
         with open(Path(checks_dir) / f"rank{rank}.jsonl", "a") as f:
