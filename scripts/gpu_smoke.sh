@@ -83,12 +83,14 @@ print(f"{sum(steady) / len(steady):.2f} {peak:.2f} {len(rows)} updates, the firs
       f"generation {sum(gen) / len(gen):.2f} s of each after it")
 '
 
-# one PPO run: name, processes, environment (VAR=value, or -), accelerate launch arguments..., --,
+# one PPO run (no evaluation, no probes: its figures are seconds per update and memory): name, processes,
+# environment (VAR=value, or -), accelerate launch arguments..., --,
 # rl/ppo_step.py arguments...
 PPO_COMMON=(--model_name_or_path "$MODEL" --verifier exact --critic_init policy --build_missing false --dataset world
             --eval_dataset none --n_prompts 64 --max_steps "$STEPS" --prompts_per_update 8 --num_generations 2
             --max_completion_length 96 --generation_batch_size 16 --num_mini_batches 2 --num_iterations 1
-            --critic_warmup_updates 0 --save_steps 0 --report_to none --disable_tqdm true --bf16 true)
+            --critic_warmup_updates 0 --save_steps 0 --report_to none --disable_tqdm true --bf16 true
+            --n_probe 0)  # no probes: their greedy decoding at the start and end is no part of an update
 ppo_case() {
   local name=$1 procs=$2 envset=$3; shift 3
   local acc=(); while [ "$1" != "--" ]; do acc+=("$1"); shift; done; shift
