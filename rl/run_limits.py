@@ -8,8 +8,8 @@ over the processes and over resumed segments), and returns why the run ends afte
 
 - 'length_drift': the drift crossed its threshold and --stop_on_length_drift is set;
 - 'max_generated_tokens': the next update, taken to sample as many tokens as this one, would end
-  past --max_generated_tokens (so a run never passes its budget, and runs compared at equal
-  generated tokens differ by less than one update's tokens);
+  past --max_generated_tokens (so a run ends within about one update's tokens below its budget;
+  it passes it only where an update samples more than the one before, or the first alone does);
 - 'max_train_seconds': the next update, taken to last as long as this one, would end past
   --max_train_seconds;
 - None: go on (and always at --max_steps, where the run ends anyway).
