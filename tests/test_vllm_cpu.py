@@ -114,11 +114,12 @@ CASES = {
     "1proc_lora": ([sys.executable], {}, 1, ["--use_peft", "true", "--lora_r", "4"]),
     "2proc_full": ([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CPU_2PROC)],
                    {"ACCELERATE_USE_CPU": "1"}, 2, []),
-    "2proc_lora": ([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CPU_2PROC)],
-                   {"ACCELERATE_USE_CPU": "1"}, 2, ["--use_peft", "true", "--lora_r", "4"]),
-    # FSDP2: each rank's policy is sharded; generation and the push run on its all-gathered weights
-    "2proc_fsdp2": ([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(FSDP2),
-                     "--num_processes", "2", "--mixed_precision", "no"], {}, 2, []),
+    # FSDP2 with LoRA: each rank's policy (the peft model's base) is sharded; generation and the push
+    # (adapters merged) run on its all-gathered weights. LoRA on 2 processes is this case: the DDP LoRA
+    # push is 1proc_lora's, per replica, and replicas agreeing is 2proc_full's check too.
+    "2proc_fsdp2_lora": ([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(FSDP2),
+                          "--num_processes", "2", "--mixed_precision", "no"], {}, 2,
+                         ["--use_peft", "true", "--lora_r", "4"]),
 }
 
 
