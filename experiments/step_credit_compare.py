@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from reasoning.jsonl import DatasetError, read_jsonl
-from reasoning.stats import paired_bootstrap_diff
+from reasoning.stats import paired_over_seeds
 
 
 class CompareError(ValueError):
@@ -89,9 +89,7 @@ def paired_minus(base: list[dict[str, Any]], other: list[dict[str, Any]], seed: 
     ids = sorted(set.intersection(*(set(r["after"]) for r in base + other)))
     if not ids:
         raise CompareError("the runs share no evaluation problem")
-    k = len(base)
-    return paired_bootstrap_diff([sum(r["after"][i] for r in base) / k for i in ids],
-                                 [sum(r["after"][i] for r in other) / k for i in ids], seed=seed)
+    return paired_over_seeds([r["after"] for r in base], [r["after"] for r in other], ids, seed=seed)
 
 
 def efficiency(ref: list[dict[str, Any]], arm: list[dict[str, Any]], resamples: int = 2000,

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from reasoning.jsonl import read_jsonl
-from reasoning.stats import paired_bootstrap_diff
+from reasoning.stats import paired_over_seeds
 
 
 def read_run(folder: str) -> dict[str, dict[str, Any]]:
@@ -78,9 +78,8 @@ def _paired(base: list[dict[str, dict[str, Any]]], other: list[dict[str, dict[st
     for b, o in zip(base, other):
         if set(b) != set(ids) or set(o) != set(ids):
             raise ValueError(f"{what}: the runs hold different problems ({len(b)} against {len(o)} ids)")
-    k = len(base)
-    return paired_bootstrap_diff([sum(b[i]["correct"] for b in base) / k for i in ids],
-                                 [sum(o[i]["correct"] for o in other) / k for i in ids])
+    return paired_over_seeds([{i: r["correct"] for i, r in b.items()} for b in base],
+                             [{i: r["correct"] for i, r in o.items()} for o in other], ids)
 
 
 def _summary(runs: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:

@@ -1,6 +1,8 @@
 """Bootstrap intervals for accuracies and for paired differences of accuracies.
 
-`accuracy_interval`: one accuracy (k of n right). `paired_bootstrap_diff`: a change of accuracy.
+`accuracy_interval`: one accuracy (k of n right). `paired_bootstrap_diff`: a change of accuracy;
+`paired_over_seeds`: the same over runs of several seeds on shared problems. `best_of_k`: the chance
+that one of k tries is right, from sampled tries (a Best-of-K prover's value, pass@k).
 Comparisons in this toolkit are paired: every policy or method answers the same problems, so the
 interval of a difference resamples problems once and takes both outcomes of each drawn problem.
 """
@@ -8,7 +10,8 @@ interval of a difference resamples problems once and takes both outcomes of each
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from math import comb
 
 
 def _check(values: Sequence[float], name: str) -> list[float]:
@@ -57,3 +60,27 @@ def paired_bootstrap_diff(before: Sequence[float], after: Sequence[float], resam
     means = [sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples)]
     lo, hi = _percentiles(means, confidence)
     return {"diff": sum(diffs) / n, "ci_low": lo, "ci_high": hi, "n": n}
+
+
+def paired_over_seeds(base: Sequence[Mapping[str, float]], other: Sequence[Mapping[str, float]],
+                      ids: Sequence[str], seed: int = 0) -> dict[str, float]:
+    """other − base over `ids`, each run a mapping of problem id to correctness, run k of each side
+    from seed k: every problem counts once, with its mean over the seeds, and the interval resamples
+    problems (the seeds share their problems, so (seed, problem) pairs are not independent)."""
+    if len(base) != len(other) or not base:
+        raise ValueError(f"paired_over_seeds needs one run per seed on each side: {len(base)} against {len(other)}")
+    k = len(base)
+    return paired_bootstrap_diff([sum(b[i] for b in base) / k for i in ids],
+                                 [sum(o[i] for o in other) / k for i in ids], seed=seed)
+
+
+def best_of_k(right: int, trials: int, k: int) -> float:
+    """The chance that at least one of `k` continuations is right, from `right` of `trials` sampled
+    continuations: the unbiased pass@k estimate where trials >= k, the plug-in 1 − (1 − q)^k below."""
+    if trials < 1 or k < 1 or not 0 <= right <= trials:
+        raise ValueError(f"best_of_k needs 0 <= right <= trials, trials >= 1 and k >= 1; got {right}, {trials}, {k}")
+    if k == 1:
+        return right / trials
+    if trials >= k:
+        return 1.0 - comb(trials - right, k) / comb(trials, k)
+    return 1.0 - (1.0 - right / trials) ** k

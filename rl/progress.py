@@ -30,8 +30,6 @@ from collections.abc import Sequence
 
 import torch
 
-from reward_models.annotate.mc import best_of_k  # noqa: F401 (the prover's Best-of-K, shared with mc labels)
-
 PROVERS = ("policy", "sft")
 """--prover: the policy being trained (its progress is VinePPO's value change), or the frozen
 starting policy (the KL reference, `sft`)."""

@@ -25,6 +25,7 @@ import torch
 
 from backends.vllm_server import ServerError, VLLMServerClient
 from reasoning.prompts import format_prompts, solve_prompt
+from reasoning.stats import best_of_k
 from reasoning.steps import answer_correct
 from reasoning.types import Problem
 from rl import distributed as D
@@ -32,7 +33,7 @@ from rl import ppo_math as M
 from rl.batches import Rollouts, StepValues
 from rl.continuations import sample_separate, sample_shared, segment_ends, trim_row
 from rl.ppo_config import StepPPOConfig
-from rl.progress import best_of_k, place_progress, progress_stats
+from rl.progress import place_progress, progress_stats
 from rl.reward_table import Responses, RewardPlacer, step_end_tokens, without_eos
 
 

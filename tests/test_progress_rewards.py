@@ -10,9 +10,10 @@ import pytest
 import torch
 from test_mc_values import batch_of, make_trainer, policy_dir  # noqa: F401  (policy_dir: a fixture)
 
+from reasoning.stats import best_of_k
 from reasoning.steps import join_steps
 from rl import ppo_step
-from rl.progress import best_of_k, place_progress, progress_stats, step_progress
+from rl.progress import place_progress, progress_stats, step_progress
 from rl.reward_table import Responses, step_end_tokens
 
 # ------------------------------------------------------------------------------------------------

@@ -7,25 +7,13 @@ default) gives progress rewards without sampling a continuation during RL."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from math import comb
 
 from backends.base import SamplingParams
 from reasoning.prompts import solve_prompt
+from reasoning.stats import best_of_k
 from reasoning.steps import answer_correct, has_answer, prefix_text
 from reward_models.annotate.base import derive_seed, make_row
 from reward_models.annotate.sampling import sample_paths
-
-
-def best_of_k(right: int, trials: int, k: int) -> float:
-    """The chance that at least one of `k` continuations is right, from `right` of `trials` sampled
-    continuations: the unbiased pass@k estimate where trials >= k, the plug-in 1 − (1 − q)^k below."""
-    if trials < 1 or k < 1 or not 0 <= right <= trials:
-        raise ValueError(f"best_of_k needs 0 <= right <= trials, trials >= 1 and k >= 1; got {right}, {trials}, {k}")
-    if k == 1:
-        return right / trials
-    if trials >= k:
-        return 1.0 - comb(trials - right, k) / comb(trials, k)
-    return 1.0 - (1.0 - right / trials) ** k
 
 
 def mc_label(hits: Sequence[bool], hard: bool = False, best_of: int = 1) -> float:
