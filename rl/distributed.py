@@ -73,8 +73,7 @@ def distributed_state():
 
     fsdp2.take_over_launch()  # FSDP2: a plain data-parallel state; the trainer shards (rl.fsdp2)
     if deepspeed_launch() and not has_gpu() and int(os.environ.get("LOCAL_RANK", -1)) != -1:
-        without_shm_op()
-        return PartialState(backend="gloo")
+        return PartialState(backend="gloo")  # without_shm_op: done when StepPPOConfig was made
     return PartialState()
 
 
