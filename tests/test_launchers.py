@@ -300,13 +300,24 @@ def test_the_two_machine_zero3_recipe_runs_as_two_local_processes(models, tmp_pa
 
 
 def test_the_two_machine_fsdp2_recipe_runs_as_two_local_processes(models, tmp_path):
+    """Also the token budget over 2 processes: rollout/tokens_cumulative counts both ranks' responses
+    (the per-response mean times the 16 responses an update samples over both ranks), and a budget
+    the first update passes ends the run after it on both ranks, its policy and evaluation written."""
     out = tmp_path / "multinode"
     launcher = ["--config_file", str(ACCEL / "fsdp2_multinode.yaml"), "--num_machines", "1", "--num_processes", "2",
                 "--machine_rank", "0", "--main_process_ip", "127.0.0.1", "--mixed_precision", "no"]
-    done = launch(launcher, {}, ppo_args(models, out, "--reward", "gold", "--advantage_estimator", "group"))
+    done = launch(launcher, {}, ppo_args(models, out, "--reward", "gold", "--advantage_estimator", "group",
+                                         "--max_steps", "3", "--max_generated_tokens", "1"))
     assert "FSDP2 over 2 ranks" in done.stderr and "FSDP2 rank 1: holds" in done.stderr
-    assert json.loads((out / "eval.json").read_text())["processes"] == 2
+    result = json.loads((out / "eval.json").read_text())
+    assert result["processes"] == 2
     assert (out / "policy" / "model.safetensors").exists()
+    rows = [row for row in metrics(out) if "rollout/tokens_cumulative" in row]
+    assert len(rows) == 1 and "stopping after update 1 of 3" in done.stderr
+    assert "--max_generated_tokens 1" in done.stderr
+    responses = 4 * 2 * 2  # prompts per update per process x samples x processes
+    assert rows[0]["rollout/tokens_cumulative"] == pytest.approx(rows[0]["rollout/response_tokens"] * responses)
+    assert result["generated_tokens"] == pytest.approx(rows[0]["rollout/tokens_cumulative"])
 
 
 @needs_deepspeed
