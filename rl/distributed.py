@@ -13,7 +13,8 @@ The trainer's loop is the same under every launcher; this module holds what diff
   each rank scores on its own without collectives;
 - `gathered()`: a module's whole parameters on every rank for the length of a block (generation);
 - `full_state_dict()` / `fingerprint()`: the gathered weights, parameter by parameter, to save
-  with `save_pretrained` and to check that ranks agree.
+  with `save_pretrained` and to check that ranks agree;
+- `end_process()`: how a rank of a multi-process launch exits once its run has ended.
 
 Every function that gathers is collective: every rank calls it, in the same order.
 """
@@ -24,6 +25,7 @@ import importlib.util
 import os
 import sys
 from contextlib import contextmanager, nullcontext
+from typing import NoReturn
 
 import torch
 
@@ -32,6 +34,26 @@ from rl import fsdp2
 
 def log(msg: str) -> None:
     print(f"[ppo_step] {msg}", file=sys.stderr, flush=True)
+
+
+def end_process(code: int | None) -> NoReturn:
+    """Exit with `code`. A rank of a multi-process launch (WORLD_SIZE > 1) exits without the
+    interpreter's finalization, its output flushed first: objects that outlive
+    `destroy_process_group` (DDP's reducer and FSDP2's mesh hold the gloo backend, whose worker
+    threads may still hold tensors) would otherwise be freed while the interpreter is torn down, where
+    a C++ thread that needs the GIL is ended by Python mid-frame and the process aborts ('terminate
+    called without an active exception', SIGABRT) after its run has finished and written everything.
+    A single process exits as usual. Call it only after the run's files are closed and its trackers
+    finished (the trainer's `end_training`)."""
+    code = 0 if code is None else int(code)
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        sys.exit(code)
+    import logging
+
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def deepspeed_launch() -> bool:

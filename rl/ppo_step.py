@@ -143,4 +143,6 @@ def wrote_line(output_dir: str | None) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from rl.distributed import end_process
+
+    end_process(main())  # a rank of a multi-process launch skips the interpreter's teardown (see there)
