@@ -14,6 +14,7 @@ trained policy (OUTPUT_DIR/policy).
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 if __package__ in (None, ""):  # `accelerate launch rl/ppo_step.py` runs this file as a script
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -142,7 +143,15 @@ def wrote_line(output_dir: str | None) -> str:
     return f"wrote {output_dir} ({', '.join([*names, *folders])})"
 
 
-if __name__ == "__main__":
+def run() -> NoReturn:
+    """The command line's entry (`python rl/ppo_step.py`, `accelerate launch rl/ppo_step.py` and the
+    `steprl-ppo` console script): `main()`, then an exit through rl.distributed.end_process, so that
+    a rank of a multi-process launch skips the interpreter's teardown (see there). Tests call
+    `main()`, which returns."""
     from rl.distributed import end_process
 
-    end_process(main())  # a rank of a multi-process launch skips the interpreter's teardown (see there)
+    end_process(main())
+
+
+if __name__ == "__main__":
+    run()

@@ -109,7 +109,32 @@ def test_help_reads_as_written(capsys):
 # the one-process command (`steprl-ppo`, README's command 1): nothing but the toolkit's lines
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
-STEPRL_PPO = "import sys; from rl.ppo_step import main; sys.exit(main())"  # the console script's body
+
+
+def _console_script_body(name: str) -> str:
+    """What pip's console-script wrapper for NAME runs, from pyproject.toml's [project.scripts]."""
+    import tomllib
+
+    entry = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"][name]
+    module, func = entry.split(":")
+    return f"import sys; from {module} import {func}; sys.exit({func}())"
+
+
+STEPRL_PPO = _console_script_body("steprl-ppo")
+
+
+def test_steprl_ppo_exits_through_end_process_so_a_launched_rank_skips_the_interpreter_teardown():
+    """The console script's entry is rl.ppo_step.run (main, then rl.distributed.end_process), as is
+    `python rl/ppo_step.py`'s: a rank of `accelerate launch` started through either ends alike."""
+    from rl import ppo_step
+
+    assert STEPRL_PPO.endswith("sys.exit(run())")
+    calls = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ppo_step, "main", lambda: 3)
+        mp.setattr("rl.distributed.end_process", lambda code: calls.append(code))
+        ppo_step.run()
+    assert calls == [3]
 
 
 def _steprl_ppo(argv, cwd):
