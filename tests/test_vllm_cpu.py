@@ -117,6 +117,11 @@ CASES = {
     # FSDP2 with LoRA: each rank's policy (the peft model's base) is sharded; generation and the push
     # (adapters merged) run on its all-gathered weights. LoRA on 2 processes is this case: the DDP LoRA
     # push is 1proc_lora's, per replica, and replicas agreeing is 2proc_full's check too.
+    # FSDP2 with full weights: every pushed tensor is a trained, sharded parameter, read inside
+    # rl.fsdp2.whole (all-gathered on every rank); under LoRA the base's shards never change and the
+    # update reaches the engine only through the merged adapters.
+    "2proc_fsdp2_full": ([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(FSDP2),
+                          "--num_processes", "2", "--mixed_precision", "no"], {}, 2, []),
     "2proc_fsdp2_lora": ([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(FSDP2),
                           "--num_processes", "2", "--mixed_precision", "no"], {}, 2,
                          ["--use_peft", "true", "--lora_r", "4"]),
