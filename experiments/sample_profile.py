@@ -15,8 +15,8 @@ a token budget (`max_completion_length` in RL) cuts.
   and accuracy, pass@k and the flat and all-wrong group shares that remain; `greedy_within`: greedy
   accuracy under the budget.
 
-`experiments/world_headroom.py` reports them (its `own_errors`, `lengths`, `gold_tokens` and
-`budgets` keys).
+`experiments/world_headroom.py` reports them (its `own_errors`, `own_errors_follow_carried`, `lengths`,
+`gold_tokens` and `budgets` keys).
 """
 
 from __future__ import annotations
@@ -65,8 +65,10 @@ def _summary(values: Sequence[int]) -> dict[str, Any]:
     }
 
 
-def own_error_profile(problems: Sequence[Any], groups: Sequence[Sequence[Sample]]) -> dict[str, Any]:
-    """Own errors of the wrong samples (`groups[i]` are the samples of `problems[i]`)."""
+def own_error_profile(problems: Sequence[Any], groups: Sequence[Sequence[Sample]],
+                      follow_carried: bool = False) -> dict[str, Any]:
+    """Own errors of the wrong samples (`groups[i]` are the samples of `problems[i]`);
+    `follow_carried` as in `experiments.step_errors.own_errors`."""
     if len(problems) != len(groups):
         raise ValueError(f"{len(problems)} problems but {len(groups)} groups of samples")
     counts: list[int] = []
@@ -76,7 +78,7 @@ def own_error_profile(problems: Sequence[Any], groups: Sequence[Sequence[Sample]
         for s in group:
             if s.right:
                 continue
-            errs, _ = own_errors(problem, s.text)
+            errs, _ = own_errors(problem, s.text, follow_carried)
             counts.append(len(errs))
             kinds.update(errs)
             if len(errs) == 1:

@@ -32,13 +32,17 @@ from rl.run_dir import RunDir
 BUCKETS = ("0", "1", "2", "3+")
 
 
-def own_errors(problem: dict[str, Any], completion: str) -> tuple[list[str], int]:
-    """The kinds of a response's own wrong steps (in order) and its number of steps."""
+def own_errors(problem: dict[str, Any], completion: str, follow_carried: bool = False) -> tuple[list[str], int]:
+    """The kinds of a response's own wrong steps (in order) and its number of steps. `follow_carried`:
+    a step that carries an earlier error under another quantity's name is not an own error either
+    (`reasoning.world.check_steps`)."""
     steps = split_steps(completion or "").steps
-    return [c.kind for c in check_steps(problem, steps) if not c.ok and c.kind != "propagated"], len(steps)
+    checks = check_steps(problem, steps, follow_carried=follow_carried)
+    return [c.kind for c in checks if not c.ok and c.kind != "propagated"], len(steps)
 
 
-def profile(rows: dict[str, dict[str, Any]], problems: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def profile(rows: dict[str, dict[str, Any]], problems: dict[str, dict[str, Any]],
+            follow_carried: bool = False) -> dict[str, Any]:
     """Per response id: own error count; and the totals (by kind, by bucket, steps)."""
     counts: dict[str, int] = {}
     kinds: Counter[str] = Counter()
@@ -47,7 +51,7 @@ def profile(rows: dict[str, dict[str, Any]], problems: dict[str, dict[str, Any]]
     for rid, row in rows.items():
         if rid not in problems:
             raise KeyError(f"row id {rid!r} is not one of the rebuilt world problems")
-        errs, n = own_errors(problems[rid], row.get("completion") or "")
+        errs, n = own_errors(problems[rid], row.get("completion") or "", follow_carried)
         counts[rid] = len(errs)
         kinds.update(errs)
         buckets[BUCKETS[min(len(errs), 3)]] += 1
@@ -76,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="run folders with eval_before_rows.jsonl and eval_after_rows.jsonl")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    parser.add_argument("--follow_carried", action="store_true",
+                        help="a step that does another needed quantity's computation on the wrong values the "
+                             "response carries is not an own error, whatever name it gives (check_steps' "
+                             "follow_carried; without it every such step counts again)")
     args = parser.parse_args(argv)
     result: dict[str, Any] = {}
     pooled: dict[str, list[tuple[int, int]]] = defaultdict(list)
@@ -83,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.runs:
             run = Path(name)
             problems = run_problems(run, None, None, None)
-            b = profile(RunDir(run).greedy_rows("before"), problems)
-            a = profile(RunDir(run).greedy_rows("after"), problems)
+            b = profile(RunDir(run).greedy_rows("before"), problems, args.follow_carried)
+            a = profile(RunDir(run).greedy_rows("after"), problems, args.follow_carried)
             result[run.name] = {"before": b, "after": a, "change": compare(b, a)}
             m = re.fullmatch(r"(.+)_s\d+", run.name)
             if m:

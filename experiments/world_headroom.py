@@ -6,7 +6,8 @@ answer check learns nothing from them), and of those the share whose samples a s
 still rank (the world's exact checker finds their first wrong step at different places: a
 reference measure, the checker is privileged), and the steps and tokens per sample. For a step
 reward and a token budget (`experiments/sample_profile.py`): the own errors of the wrong samples
-(`own_errors`), the tokens of right and wrong samples and of the gold solutions (`lengths`,
+(`own_errors`; `own_errors_follow_carried`: the same, a step that carries an earlier error under
+another quantity's name not counted again), the tokens of right and wrong samples and of the gold solutions (`lengths`,
 `gold_tokens`), and for each of `--budgets` what that `max_completion_length` would cut (`budgets`).
 
     python experiments/world_headroom.py --policy outputs/sft_tiny [--n 500] [--k 8] [--temperature 1.0] \
@@ -127,7 +128,9 @@ def _budget_stats(problems: list, samples: list, right: list[list[bool]], budget
 
     groups = [[Sample(c.text, c.completion_tokens, c.finish_reason != "length", ok) for c, ok in zip(group, oks)]
               for group, oks in zip(samples, right)]
-    return {"own_errors": own_error_profile(problems, groups), "lengths": length_profile(groups),
+    return {"own_errors": own_error_profile(problems, groups),
+            "own_errors_follow_carried": own_error_profile(problems, groups, follow_carried=True),
+            "lengths": length_profile(groups),
             "gold_tokens": gold_lengths(problems, gold_solution, count_tokens),
             "budgets": {str(b): budget_profile(groups, b) for b in budgets}}
 

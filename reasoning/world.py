@@ -587,6 +587,22 @@ class _Reading:
                 return key
         return None
 
+    def carries(self, x: Fraction, sym: str, y: Fraction, path: dict[str, Fraction],
+                first: str | None = None) -> str | None:
+        """The needed quantity whose gold step this computation is on the values this path carries,
+        at least one of them wrong, or None: one the path has not computed yet, every derived
+        operand of which the path has computed (`first`, the name the step gives, is tried first).
+        The step is wrong only because an earlier one was, whatever name it gives its result."""
+        for key in sorted(self.needed, key=lambda k: k != first):
+            q = self.quantities[key]
+            derived = [a for a in q["args"] if isinstance(a, str) and self.quantities[a]["op"] is not None]
+            if key in path or OP_SYMBOL[q["op"]] != sym or any(a not in path for a in derived) \
+                    or all(path[a] == self.true[a] for a in derived):
+                continue
+            if _same(sym, [x, y], self.operands(key, path)):
+                return key
+        return None
+
     def misreading(self, x: Fraction, sym: str, y: Fraction, path: dict[str, Fraction], done: set[str],
                    only: str | None = None) -> str | None:
         """'misread_inverse' or 'misread_stale' when the computation is a taught misreading of a
@@ -627,7 +643,8 @@ def _same(sym: str, got: list[Fraction], want: list[Fraction]) -> bool:
     return sorted(got) == sorted(want) if sym in "+*" else list(got) == list(want)
 
 
-def check_steps(problem: Problem | dict[str, Any], steps: list[str], strict: bool = False) -> list[StepCheck]:
+def check_steps(problem: Problem | dict[str, Any], steps: list[str], strict: bool = False,
+                follow_carried: bool = False) -> list[StepCheck]:
     """A verdict for every step of a path, computed exactly from the problem's quantities.
 
     A computation step is correct when it parses, its arithmetic is right and it computes a
@@ -638,6 +655,13 @@ def check_steps(problem: Problem | dict[str, Any], steps: list[str], strict: boo
     step is correct only when its result is the true value of the quantity it names (the reading
     before names were checked apart). An answer step is correct when it states the target's true
     value. Wrong steps are classified by the kind of error.
+
+    `follow_carried` changes only how wrong steps are classified, never which steps are right: a
+    step that does a needed quantity's gold computation on the wrong values the path carries is
+    `propagated` (with `naming_slip` set) under whatever name it gives its result, and the path
+    carries its value as that quantity's. Without it, only a step that names that quantity is
+    `propagated`; under another name the same step is an own error (`other`, `unknown_quantity`,
+    `wrong_operand`, ...), and so is every later step that carries its value, each counted again.
     """
     spec = _spec(problem)
     quantities = spec["quantities"]
@@ -660,13 +684,14 @@ def check_steps(problem: Problem | dict[str, Any], steps: list[str], strict: boo
                 kind = "propagated" if claimed_by_path.get(spec["target"]) == value else "wrong_answer"
                 verdict = StepCheck(False, kind, spec["target"], _fmt(value), _fmt(target_value))
         else:
-            verdict = _check_computation(text, quantities, true, claimed_by_path, reading, strict)
+            verdict = _check_computation(text, quantities, true, claimed_by_path, reading, strict, follow_carried)
         out.append(verdict)
     return out
 
 
 def _check_computation(text: str, quantities: dict[str, Any], true: dict[str, Fraction],
-                       claimed_by_path: dict[str, Fraction], reading: _Reading, strict: bool) -> StepCheck:
+                       claimed_by_path: dict[str, Fraction], reading: _Reading, strict: bool,
+                       follow_carried: bool = False) -> StepCheck:
     m = _STEP_RE.match(text)
     if not m:
         return StepCheck(False, "format")
@@ -689,6 +714,23 @@ def _check_computation(text: str, quantities: dict[str, Any], true: dict[str, Fr
     if meant is not None:  # a needed computation with the right operands, under whatever name
         claimed_by_path[meant] = claimed
         return StepCheck(True, "correct", meant, _fmt(claimed), _fmt(true[meant]), naming_slip=meant != key)
+    before = dict(claimed_by_path) if follow_carried else claimed_by_path
+    verdict = _judge_wrong(key, claimed, value, parsed, by_computation, quantities, true, claimed_by_path,
+                           reading, done)
+    if follow_carried and not verdict.ok and verdict.kind not in ("propagated", "slip", "format") \
+            and parsed is not None and by_computation \
+            and not (key in quantities and reading.misreading(*parsed, before, done, only=key)):
+        carried = reading.carries(*parsed, before, first=key)
+        if carried is not None and carried != key:  # another needed quantity's step on carried values, misnamed
+            claimed_by_path[carried] = claimed
+            return StepCheck(False, "propagated", carried, _fmt(claimed), _fmt(true[carried]), naming_slip=True)
+    return verdict
+
+
+def _judge_wrong(key: str, claimed: Fraction, value: Fraction, parsed: tuple[Fraction, str, Fraction] | None,
+                 by_computation: bool, quantities: dict[str, Any], true: dict[str, Fraction],
+                 claimed_by_path: dict[str, Fraction], reading: _Reading, done: set[str]) -> StepCheck:
+    """The verdict on a computation step that is not a needed computation with the right operands."""
     if key in quantities:
         claimed_by_path[key] = claimed  # later steps may carry this value forward, right or wrong
     if value != claimed:

@@ -128,6 +128,55 @@ def test_propagated_errors_are_labelled():
     assert kinds == ["slip", "propagated", "propagated"]
 
 
+@pytest.mark.parametrize(
+    "steps, default, followed",
+    [
+        # Ben's step on the slipped value, under a name the problem does not have: without
+        # follow_carried an own error, and so is the answer that states its value
+        (["Ava now has 7 - 2 = 6 marbles.", "Cal has 6 + 3 = 9 marbles.", "The answer is <ans>9</ans>."],
+         ["slip", "unknown_quantity", "wrong_answer"], ["slip", "propagated", "propagated"]),
+        # ... under the name of another quantity of the problem
+        (["Ava now has 7 - 2 = 6 marbles.", "Ava has 6 + 3 = 9 marbles.", "The answer is <ans>9</ans>."],
+         ["slip", "other", "wrong_answer"], ["slip", "propagated", "propagated"]),
+        # a wrong operand under another name stays an own error: it is no quantity's step on the carried value
+        (["Ava now has 7 - 2 = 6 marbles.", "Cal has 6 + 4 = 10 marbles.", "The answer is <ans>10</ans>."],
+         ["slip", "unknown_quantity", "wrong_answer"], ["slip", "unknown_quantity", "wrong_answer"]),
+        # on the true values it is a right step under the wrong name, as before
+        (["Ava now has 7 - 2 = 5 marbles.", "Cal has 5 + 3 = 8 marbles.", "The answer is <ans>8</ans>."],
+         ["correct"] * 3, ["correct"] * 3),
+        # the quantity's own name: propagated either way; the stale reading stays a misreading
+        (["Ava now has 7 - 2 = 6 marbles.", "Ben has 6 + 3 = 9 marbles.", "The answer is <ans>9</ans>."],
+         ["slip", "propagated", "propagated"], ["slip", "propagated", "propagated"]),
+        (["Ben has 7 + 3 = 10 marbles.", "The answer is <ans>10</ans>."],
+         ["misread_stale", "propagated"], ["misread_stale", "propagated"]),
+    ],
+)
+def test_follow_carried_counts_a_misnamed_step_on_carried_values_as_propagated(steps, default, followed):
+    plain = w.check_steps(HAND, steps)
+    carried = w.check_steps(HAND, steps, follow_carried=True)
+    assert [c.kind for c in plain] == default
+    assert [c.kind for c in carried] == followed
+    assert [c.ok for c in carried] == [c.ok for c in plain]  # it names errors; it never judges a step again
+    for c, was in zip(carried, plain):
+        if c.kind == "propagated" and was.kind != "propagated" and c.key != "Ben":  # a misnamed carry step
+            assert c.naming_slip and c.claimed == "9" and c.true == "8"
+
+
+def test_follow_carried_never_changes_which_steps_are_right(test_rows):
+    """Over corrupted and misnamed paths of many problems, the verdicts agree step by step."""
+    rng = random.Random(3)
+    names = ["Zed", "Ava", "Ben", "Cal"]
+    seen = 0
+    for row in test_rows:
+        steps, at, _ = w.corrupt_steps(row, rng)
+        steps = [re.sub(r"^\w+", rng.choice(names), s) if i > at and "answer" not in s else s
+                 for i, s in enumerate(steps)]
+        plain, carried = w.check_steps(row, steps), w.check_steps(row, steps, follow_carried=True)
+        assert [c.ok for c in plain] == [c.ok for c in carried]
+        seen += sum(a.kind != b.kind for a, b in zip(plain, carried))
+    assert seen > 0  # misnamed carry steps were there to be found
+
+
 def test_checker_parses_generated_text_through_segmentation(test_rows):
     row = test_rows[0]
     text = "\n".join(f"<Step>{s}</Step>" for s in row["steps"])
