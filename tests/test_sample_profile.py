@@ -96,7 +96,7 @@ def test_world_headroom_budget_stats():
     out = _budget_stats(problems, samples, [[True, False], [True, True]], [30, 64], lambda t: len(t.split()))
     assert out["lengths"]["right"]["max"] == 31 and out["lengths"]["unfinished"] == 1
     assert out["budgets"]["30"]["right_cut"] == 1 / 3 and out["budgets"]["64"]["right_cut"] == 0.0
-    assert out["own_errors"]["n_wrong"] == 1
+    assert out["own_errors"]["n_wrong"] == 1 and out["own_errors_follow_carried"]["n_wrong"] == 1
     assert out["gold_tokens"]["n"] == 2
     assert _budgets("100, 120") == [100, 120]
     for bad in ("0", "a,1"):

@@ -64,3 +64,21 @@ def test_unknown_row_is_an_error(tmp_path, capsys):
     run = _run(tmp_path, "r", (rows, rows))
     assert step_errors.main([run]) == 2
     assert "not-a-problem" in capsys.readouterr().err
+
+
+def test_follow_carried_counts_a_carried_error_once_under_any_name(tmp_path, capsys):
+    problems = generate("test", 2, 0, CFG)
+    gold = {p["id"]: gold_solution(p) for p in problems}
+    carried, _, _ = corrupt_steps(problems[1], random.Random(0), at=0)
+    # the steps that carry the corrupted value give their results names the problem does not have
+    misnamed = "\n".join([carried[0], *(re.sub(r"^\w+", "Zed", s) for s in carried[1:3]), carried[3]])
+    plain, _ = step_errors.own_errors(problems[1], misnamed)
+    assert plain[0] == "wrong_operand" and len(plain) == 4  # each misnamed carry step, and the answer, again
+    assert step_errors.own_errors(problems[1], misnamed, follow_carried=True) == (["wrong_operand"], 4)
+    before = dict(gold, **{problems[1]["id"]: misnamed})
+    run = _run(tmp_path, "r_s0", (before, gold))
+    assert step_errors.main([run, "--json", "--follow_carried"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["runs"]["r_s0"]["before"]["errors_per_response"] == 0.5
+    assert step_errors.main([run, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["runs"]["r_s0"]["before"]["errors_per_response"] == 2.0
