@@ -112,11 +112,12 @@ ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
 
 def _console_script_body(name: str) -> str:
-    """What pip's console-script wrapper for NAME runs, from pyproject.toml's [project.scripts]."""
-    import tomllib
+    """What pip's console-script wrapper for NAME runs, from pyproject.toml's [project.scripts] (read
+    by hand: tomllib needs Python 3.11)."""
+    import re
 
-    entry = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"][name]
-    module, func = entry.split(":")
+    section = (ROOT / "pyproject.toml").read_text().split("[project.scripts]", 1)[1].split("\n[", 1)[0]
+    module, func = re.search(rf'^{re.escape(name)}\s*=\s*"([\w.]+):(\w+)"', section, re.M).groups()
     return f"import sys; from {module} import {func}; sys.exit({func}())"
 
 
