@@ -95,6 +95,10 @@ class VerifierKind:
     """PPO can keep training it on the run's own answer checks (`--verifier_online_update`)."""
     reference: bool = False
     """It knows every step's truth (privileged): results with it are an upper reference, never a method."""
+    judges_steps: bool = False
+    """Its step scores judge each step on its own (a language model's likelihood of the step), not the
+    value of the path so far as a PSV's do: `--reward step` pays them raw with return credit by default
+    (rl/ppo_checks.JUDGED_STEP_FORM)."""
 
 
 VERIFIER_KINDS: dict[str, VerifierKind] = {}
@@ -114,7 +118,7 @@ def register_verifier_kind(name: str, *, usage: str, argument: str = "required",
                            check: Callable[[str | None, str | None], None] | None = None,
                            check_form: Callable[[str | None], None] | None = None, reads_policy: bool = False,
                            combines: bool = False, needs_world: bool = False, trains_online: bool = False,
-                           reference: bool = False) -> Callable:
+                           reference: bool = False, judges_steps: bool = False) -> Callable:
     """Register the decorated loader, `load(rest, ctx) -> Verifier`, as verifier kind `name`.
     `check` defaults to `check_form`, which defaults to requiring REST when `argument` is required."""
     if argument not in ("required", "optional", "none"):
@@ -131,7 +135,7 @@ def register_verifier_kind(name: str, *, usage: str, argument: str = "required",
                 check(rest, policy)
 
         VERIFIER_KINDS[name] = VerifierKind(name, usage, load, full_check, form, argument, reads_policy,
-                                            combines, needs_world, trains_online, reference)
+                                            combines, needs_world, trains_online, reference, judges_steps)
         return load
 
     return register
@@ -178,6 +182,15 @@ def kinds_of(spec: str) -> list[VerifierKind]:
     """The kind of each part of a spec (one for a spec that does not combine), for the facts the
     registry holds (`needs_world`, `trains_online`, `reference`); ValueError for a bad combination."""
     return [resolve(part)[0] for part in spec_parts(spec)]
+
+
+def judges_each_step(spec: str | None) -> bool:
+    """Whether every part of a spec scores each step on its own (`VerifierKind.judges_steps`); False
+    for a spec that does not resolve (the run's own checks report it)."""
+    try:
+        return bool(spec) and all(k.judges_steps for k in kinds_of(spec or ""))
+    except ValueError:
+        return False
 
 
 def is_reference_spec(spec: str | None) -> bool:
@@ -267,7 +280,8 @@ def _register_confidence(name: str) -> None:
     def check(rest: str | None, policy: str | None) -> None:
         _confidence_policy(name, rest, policy)
 
-    @register_verifier_kind(name, usage=f"{name}[:PATH]", argument="optional", reads_policy=True, check=check)
+    @register_verifier_kind(name, usage=f"{name}[:PATH]", argument="optional", reads_policy=True, check=check,
+                            judges_steps=CONFIDENCE_SPANS[name] == "step")
     def load(rest: str | None, ctx: LoadContext) -> Verifier:
         path = _confidence_policy(name, rest, ctx.policy)
         from reward_models.confidence import ConfidenceVerifier

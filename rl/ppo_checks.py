@@ -6,7 +6,7 @@ length-drift guard's settings."""
 from __future__ import annotations
 
 from reasoning.problem_sets import is_world_name
-from reward_models.load import kinds_of
+from reward_models.load import judges_each_step, kinds_of
 from rl.ppo_math import ESTIMATORS, REWARD_SCALES
 from rl.progress import PROVERS
 from rl.rewards import REWARDS, check_no_added_rewards
@@ -15,12 +15,23 @@ AUTO = "auto"
 """The default of --reward_shaping and --step_credit: resolved by the reward mode (`resolve_credit_form`)."""
 
 STEP_REWARD_FORM = ("delta", "own")
-"""(--reward_shaping, --step_credit) of `--reward step` and `step+gold` by default: each step paid the
-change of the verifier's score across it, and each token credited with its own step's normalised
-reward alone. The form docs/results/when_step_rewards_pay.md ranks best of the step credits with
-three seeds on both settings, and not gamed by length on either (paired against the answer check:
--0.006 [-0.022, +0.010] on 2-4-step solutions, +0.005 [-0.011, +0.021] on 5-8-step ones; steps per
-response held); DeepSeekMath's raw/return lost 5 points on both by cutting responses short."""
+"""(--reward_shaping, --step_credit) of `--reward step` and `step+gold` by default, for a verifier
+whose score is a value (a PSV, a published PRM, the step checker): each step paid the change of the
+verifier's score across it, and each token credited with its own step's normalised reward alone. The
+form docs/results/when_step_rewards_pay.md ranks best of the step credits with three seeds on both
+settings, and not gamed by length on either (paired against the answer check: -0.006 [-0.022,
++0.010] on 2-4-step solutions, +0.005 [-0.011, +0.021] on 5-8-step ones; steps per response held);
+DeepSeekMath's raw/return lost 5 points on both by cutting responses short."""
+
+JUDGED_STEP_FORM = ("raw", "return")
+"""(--reward_shaping, --step_credit) of `--reward step` by default for a verifier that judges each
+step on its own (`step-likelihood`, `step-confidence`: `reward_models.load.judges_each_step`), the
+default verifier among them: each step paid its score, a token credited with the sum of the
+normalised scores from its step on. A change of such a score is no change of value: with the default
+verifier on the default setting delta/own lost -0.037 [-0.057, -0.019] and min/return -0.039, where
+raw/return gained +0.037 [+0.017, +0.056], and on the long setting raw/return gained +0.035 [+0.017,
++0.053]; steps per response held in each (three seeds each, docs/results/when_step_rewards_pay.md,
+"--reward step with no other flag")."""
 
 OTHER_FORM = ("raw", "return")
 """(--reward_shaping, --step_credit) of every other reward mode by default: the outcome and gold
@@ -36,10 +47,13 @@ progress); the shaping touches verifier scores only."""
 
 def resolve_credit_form(config) -> None:
     """--reward_shaping and --step_credit left at 'auto' set from --reward: `STEP_REWARD_FORM` for a
-    reward that pays the verifier's score at every step, `PROGRESS_FORM` for progress rewards,
-    `OTHER_FORM` otherwise. A value given is kept."""
+    reward that pays the verifier's score at every step (`JUDGED_STEP_FORM` for `--reward step` with a
+    verifier that judges each step on its own), `PROGRESS_FORM` for progress rewards, `OTHER_FORM`
+    otherwise. A value given is kept."""
     mode = REWARDS[config.reward] if config.reward in REWARDS else None
     shaping, credit = STEP_REWARD_FORM if mode is not None and mode.verifier and mode.steps else OTHER_FORM
+    if config.reward == "step" and judges_each_step(config.verifier):
+        shaping, credit = JUDGED_STEP_FORM
     if mode is not None and mode.progress:
         shaping, credit = PROGRESS_FORM
     if config.reward_shaping == AUTO:

@@ -224,8 +224,12 @@ class StepPPOConfig(TrainingArguments, ContinuationSettings):
     reward_shaping: str = field(
         default=AUTO,
         metadata={"help": f"Step score shaping: {', '.join(SHAPING_MODES)}, or 'auto' (the default): 'delta' for "
-                          "--reward step and step+gold, 'raw' otherwise (with --step_credit auto: each step paid "
-                          "its own change, credited to its own tokens; rl/ppo_checks.STEP_REWARD_FORM). 'raw' (each "
+                          "--reward step+gold and for --reward step with a verifier whose score is a value (a PSV, "
+                          "a published PRM, 'exact'; with --step_credit auto: each step paid its own change, "
+                          "credited to its own tokens; rl/ppo_checks.STEP_REWARD_FORM), 'raw' for --reward step "
+                          "with a verifier that judges each step on its own ('step-likelihood', as the default "
+                          "verifier, or 'step-confidence'; with --step_credit auto: return credit; "
+                          "rl/ppo_checks.JUDGED_STEP_FORM), 'raw' otherwise. 'raw' (each "
                           "step paid its own score) suits verifiers that judge each step on its own; 'centered' "
                           "pays p_k - 0.5 (under --advantage_estimator group the same advantages as 'raw': the "
                           "group mean takes the constant off); 'delta' (each step paid for how much it moved the "
@@ -302,11 +306,15 @@ class StepPPOConfig(TrainingArguments, ContinuationSettings):
                           "the normalised rewards of its step and every later one), 'own' (its own step's normalised "
                           "reward alone: a step neither blamed nor paid for later steps; "
                           "ppo_math.group_step_advantages(credit='own')) or 'auto' (the default: 'own' for --reward "
-                          "step, step+gold and the progress rewards, 'return' otherwise). With --reward_shaping delta, "
-                          "'own' is the form docs/results/when_step_rewards_pay.md ranks best with three seeds on both "
-                          "world settings and not gamed by length (-0.006 and +0.005 against the answer check); "
-                          "DeepSeekMath's process supervision, --reward_shaping raw --step_credit return, lost 5 points"
-                          " on both by cutting responses short. With one reward per response the two are the same."},
+                          "step, step+gold and the progress rewards, 'return' otherwise and for --reward step with "
+                          "a verifier that judges each step on its own: see --reward_shaping). With --reward_shaping "
+                          "delta, 'own' is the form docs/results/when_step_rewards_pay.md ranks best with three seeds "
+                          "on both world settings and not gamed by length (-0.006 and +0.005 against the answer "
+                          "check); DeepSeekMath's process supervision, --reward_shaping raw --step_credit return, "
+                          "lost 5 points on both by cutting responses short with the step checker's 1/0 scores; with "
+                          "a verifier "
+                          "that judges each step on its own it is the form that held where delta/own lost "
+                          "(same page). With one reward per response the two are the same."},
     )
     scale_rewards: str = field(
         default="group",
