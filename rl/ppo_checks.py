@@ -52,7 +52,7 @@ def resolve_credit_form(config) -> None:
     otherwise. A value given is kept."""
     mode = REWARDS[config.reward] if config.reward in REWARDS else None
     shaping, credit = STEP_REWARD_FORM if mode is not None and mode.verifier and mode.steps else OTHER_FORM
-    if config.reward == "step" and judges_each_step(config.verifier):
+    if mode is not None and mode.verifier and mode.steps and not mode.gold and judges_each_step(config.verifier):
         shaping, credit = JUDGED_STEP_FORM
     if mode is not None and mode.progress:
         shaping, credit = PROGRESS_FORM

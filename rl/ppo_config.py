@@ -304,17 +304,13 @@ class StepPPOConfig(TrainingArguments, ContinuationSettings):
         default=AUTO,
         metadata={"help": "--advantage_estimator group with step rewards: 'return' (a token's advantage is the sum of "
                           "the normalised rewards of its step and every later one), 'own' (its own step's normalised "
-                          "reward alone: a step neither blamed nor paid for later steps; "
-                          "ppo_math.group_step_advantages(credit='own')) or 'auto' (the default: 'own' for --reward "
-                          "step, step+gold and the progress rewards, 'return' otherwise and for --reward step with "
-                          "a verifier that judges each step on its own: see --reward_shaping). With --reward_shaping "
-                          "delta, 'own' is the form docs/results/when_step_rewards_pay.md ranks best with three seeds "
-                          "on both world settings and not gamed by length (-0.006 and +0.005 against the answer "
-                          "check); DeepSeekMath's process supervision, --reward_shaping raw --step_credit return, "
-                          "lost 5 points on both by cutting responses short with the step checker's 1/0 scores; with "
-                          "a verifier "
-                          "that judges each step on its own it is the form that held where delta/own lost "
-                          "(same page). With one reward per response the two are the same."},
+                          "reward alone; ppo_math.group_step_advantages(credit='own')) or 'auto' (the default: as "
+                          "--reward_shaping's auto: 'own' for step, step+gold and the progress rewards, 'return' "
+                          "otherwise and for --reward step with a verifier that judges each step on its own). "
+                          "docs/results/when_step_rewards_pay.md has the three-seed tables: own-step delta is not "
+                          "gamed by a value's rewards, DeepSeekMath's raw/return lost 5 points with the step "
+                          "checker's 1/0 scores and held with a step likelihood. With one reward per response the "
+                          "two are the same."},
     )
     scale_rewards: str = field(
         default="group",
