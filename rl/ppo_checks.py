@@ -24,14 +24,15 @@ settings, and not gamed by length on either (paired against the answer check: -0
 DeepSeekMath's raw/return lost 5 points on both by cutting responses short."""
 
 JUDGED_STEP_FORM = ("raw", "return")
-"""(--reward_shaping, --step_credit) of `--reward step` by default for a verifier that judges each
-step on its own (`step-likelihood`, `step-confidence`: `reward_models.load.judges_each_step`), the
-default verifier among them: each step paid its score, a token credited with the sum of the
+"""(--reward_shaping, --step_credit) of `--reward step` and `step+gold` by default for a verifier that
+judges each step on its own (`step-likelihood`, `step-confidence`: `reward_models.load.judges_each_step`),
+the default verifier among them: each step paid its score, a token credited with the sum of the
 normalised scores from its step on. A change of such a score is no change of value: with the default
 verifier on the default setting delta/own lost -0.037 [-0.057, -0.019] and min/return -0.039, where
 raw/return gained +0.037 [+0.017, +0.056], and on the long setting raw/return gained +0.035 [+0.017,
 +0.053]; steps per response held in each (three seeds each, docs/results/when_step_rewards_pay.md,
-"--reward step with no other flag")."""
+"--reward step with no other flag"). Beside the answer check (`step+gold`) the same: delta/own
+-0.010 [-0.031, +0.011], raw/return +0.069 [+0.043, +0.094] on the default setting."""
 
 OTHER_FORM = ("raw", "return")
 """(--reward_shaping, --step_credit) of every other reward mode by default: the outcome and gold
@@ -47,12 +48,12 @@ progress); the shaping touches verifier scores only."""
 
 def resolve_credit_form(config) -> None:
     """--reward_shaping and --step_credit left at 'auto' set from --reward: `STEP_REWARD_FORM` for a
-    reward that pays the verifier's score at every step (`JUDGED_STEP_FORM` for `--reward step` with a
-    verifier that judges each step on its own), `PROGRESS_FORM` for progress rewards, `OTHER_FORM`
+    reward that pays the verifier's score at every step (`JUDGED_STEP_FORM` for one whose verifier
+    judges each step on its own), `PROGRESS_FORM` for progress rewards, `OTHER_FORM`
     otherwise. A value given is kept."""
     mode = REWARDS[config.reward] if config.reward in REWARDS else None
     shaping, credit = STEP_REWARD_FORM if mode is not None and mode.verifier and mode.steps else OTHER_FORM
-    if mode is not None and mode.verifier and mode.steps and not mode.gold and judges_each_step(config.verifier):
+    if mode is not None and mode.verifier and mode.steps and judges_each_step(config.verifier):
         shaping, credit = JUDGED_STEP_FORM
     if mode is not None and mode.progress:
         shaping, credit = PROGRESS_FORM

@@ -224,9 +224,9 @@ class StepPPOConfig(TrainingArguments, ContinuationSettings):
     reward_shaping: str = field(
         default=AUTO,
         metadata={"help": f"Step score shaping: {', '.join(SHAPING_MODES)}, or 'auto' (the default): 'delta' for "
-                          "--reward step+gold and for --reward step with a verifier whose score is a value (a PSV, "
+                          "--reward step or step+gold with a verifier whose score is a value (a PSV, "
                           "a published PRM, 'exact'; with --step_credit auto: each step paid its own change, "
-                          "credited to its own tokens; rl/ppo_checks.STEP_REWARD_FORM), 'raw' for --reward step "
+                          "credited to its own tokens; rl/ppo_checks.STEP_REWARD_FORM), 'raw' for either "
                           "with a verifier that judges each step on its own ('step-likelihood', as the default "
                           "verifier, or 'step-confidence'; with --step_credit auto: return credit; "
                           "rl/ppo_checks.JUDGED_STEP_FORM), 'raw' otherwise. 'raw' (each "
@@ -306,7 +306,7 @@ class StepPPOConfig(TrainingArguments, ContinuationSettings):
                           "the normalised rewards of its step and every later one), 'own' (its own step's normalised "
                           "reward alone; ppo_math.group_step_advantages(credit='own')) or 'auto' (the default: as "
                           "--reward_shaping's auto: 'own' for step, step+gold and the progress rewards, 'return' "
-                          "otherwise and for --reward step with a verifier that judges each step on its own). "
+                          "otherwise and for step or step+gold with a verifier that judges each step on its own). "
                           "docs/results/when_step_rewards_pay.md has the three-seed tables: own-step delta is not "
                           "gamed by a value's rewards, DeepSeekMath's raw/return lost 5 points with the step "
                           "checker's 1/0 scores and held with a step likelihood. With one reward per response the "

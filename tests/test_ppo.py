@@ -420,8 +420,8 @@ def test_bad_config_values_are_clear_errors(models, tmp_path, capsys):
 def test_a_step_reward_defaults_to_own_step_delta_credit_and_deepseekmath_s_form_stays_by_name(tmp_path):
     """`--reward step` / `step+gold` with no credit flag get the form the three-seed study ranks best
     and ungamed (docs/results/when_step_rewards_pay.md), recorded resolved in run_config.json: own-step
-    delta for a verifier whose score is a value, raw with return credit for `--reward step` with one
-    that judges each step on its own (the default verifier LM's step likelihood); the long-world recipe
+    delta for a verifier whose score is a value, raw with return credit for one that judges each step
+    on its own (the default verifier LM's step likelihood); the long-world recipe
     does not pin another; a form given by name is kept."""
     from rl.ppo_cli import parse_config
     from rl.run_dir import RUN_CONFIG, prepare_run_dir
@@ -433,12 +433,12 @@ def test_a_step_reward_defaults_to_own_step_delta_credit_and_deepseekmath_s_form
         return config.reward_shaping, config.step_credit
 
     value = ("--verifier", "exact")  # the step checker: a value (1 while every step so far is right)
-    assert form("--reward", "step", *value) == form("--reward", "step+gold") == ("delta", "own")
-    assert form("--reward", "step+gold", *value) == ("delta", "own")
+    assert form("--reward", "step", *value) == form("--reward", "step+gold", *value) == ("delta", "own")
     long_recipe = ("--config", str(ROOT / "configs" / "ppo" / "long_world.yaml"))
     assert form(*long_recipe, "--reward", "step", *value) == ("delta", "own")
     # the default verifier (step-likelihood) and step-confidence judge each step on its own
     assert form("--reward", "step") == form(*long_recipe, "--reward", "step") == ("raw", "return")
+    assert form("--reward", "step+gold") == form(*long_recipe, "--reward", "step+gold") == ("raw", "return")
     assert form("--reward", "step", "--verifier", "step-confidence:outputs/sft_tiny") == ("raw", "return")
     assert form("--reward", "step", "--verifier", "product:exact,step-likelihood:outputs/x") == ("delta", "own")
     assert form("--reward", "step", "--reward_shaping", "delta") == ("delta", "return")  # a value given is kept
