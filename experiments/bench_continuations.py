@@ -10,11 +10,14 @@ Every variant is a trainer built from the recipe (the same policy, prompts and s
 reward and estimator; they take their updates in turn (update 0 of each, then update 1 of each, ...),
 so that the machine's load falls on all alike; the first update of each is a warm-up, untimed.
 Prints seconds per update (split into generation, continuations, optimisation), its ratio to the
-answer check's (the target: <= 3x for progress and mc_values), tokens sampled per update
+answer check's (the target: <= 3x for progress and mc_values) and, where `gold+loop` runs, to the
+answer check decoded by the loop, tokens sampled per update
 (continuations counted, a shared continuation once), generate calls, the share of distinct prefixes
 and the continuations' fill (the share of their rows' decoding steps that sampled a token). The
 `*_seg{k}` variants continue from at most k boundaries inside each response (--continuation_boundaries);
-`NAME+rN` is NAME sampled in rounds of N new tokens (--continuation_round_tokens N).
+`NAME+rN` is NAME sampled in rounds of N new tokens (--continuation_round_tokens N), `NAME+loop` NAME
+with rollouts and continuations decoded by the loop that drops rows as they end (--hf_decoding loop;
+`gold+loop` is the answer check so decoded, the fair base of a `+loop` variant's ratio).
 """
 
 from __future__ import annotations
@@ -45,11 +48,21 @@ for _k in (1, 2, 3):  # SPO's segments: continued from at most k boundaries insi
 
 def flags_of(name: str) -> list[str] | None:
     """A variant's flags: VARIANTS[name], or for `NAME+rN` (a separate-sampling variant) NAME's
-    sampled in rounds of N tokens (--continuation_round_tokens N); None for an unknown name."""
-    base, _, rounds = name.partition("+r")
-    if base not in VARIANTS or (rounds and (not rounds.isdigit() or "shared" in base)):
+    sampled in rounds of N tokens (--continuation_round_tokens N), for `NAME+loop` NAME's decoded by
+    the loop that drops rows as they end (--hf_decoding loop: rollouts and continuations); None for an
+    unknown name."""
+    base, *modifiers = name.split("+")
+    if base not in VARIANTS:
         return None
-    return [*VARIANTS[base], *(["--continuation_round_tokens", rounds] if rounds else [])]
+    flags = list(VARIANTS[base])
+    for modifier in modifiers:
+        if modifier == "loop" and "shared" not in base:
+            flags += ["--hf_decoding", "loop"]
+        elif modifier[:1] == "r" and modifier[1:].isdigit() and "shared" not in base:
+            flags += ["--continuation_round_tokens", modifier[1:]]
+        else:
+            return None
+    return flags
 
 
 def build(argv: list[str]):
@@ -79,7 +92,7 @@ def main() -> int:
     unknown = [n for n in names if flags_of(n) is None]
     if unknown or "gold" not in names:
         print(f"error: --variants: {', '.join(unknown) or 'gold is needed (the ratios are to it)'}; "
-              f"known: {', '.join(VARIANTS)}, each separate one also as NAME+rN", file=sys.stderr)
+              f"known: {', '.join(VARIANTS)}, each separate one also as NAME+rN and NAME+loop", file=sys.stderr)
         return 2
     tmp = tempfile.mkdtemp(prefix="bench_continuations_")
     common = ["--config", a.config, "--n_probe", "0", "--report_to", "none", "--disable_tqdm", "true",
@@ -99,15 +112,16 @@ def main() -> int:
         return sum(m.get(key, 0.0) for m in rows[name]) / len(rows[name])
 
     gold = mean("gold", "wall")
-    print(f"{'variant':<24} {'s/update':>9} {'x gold':>7} {'generate':>9} {'contin.':>8} {'optimize':>9} "
-          f"{'tokens':>9} {'x gold':>7} {'calls':>6} {'distinct':>9} {'fill':>5}")
+    looped = mean("gold+loop", "wall") if "gold+loop" in rows else float("nan")
+    print(f"{'variant':<24} {'s/update':>9} {'x gold':>7} {'x g+loop':>8} {'generate':>9} {'contin.':>8} "
+          f"{'optimize':>9} {'tokens':>9} {'x gold':>7} {'calls':>6} {'distinct':>9} {'fill':>5}")
     gold_tokens = mean("gold", "rollout/tokens")
     for name in names:
         cont = mean(name, "time/progress") + mean(name, "time/mc_values")
         requests = mean(name, "continuations/requests")
         distinct = mean(name, "continuations/distinct") / requests if requests else float("nan")
         wall = mean(name, "wall")
-        print(f"{name:<24} {wall:9.2f} {wall / gold:7.2f} {mean(name, 'time/generate'):9.2f} "
+        print(f"{name:<24} {wall:9.2f} {wall / gold:7.2f} {wall / looped:8.2f} {mean(name, 'time/generate'):9.2f} "
               f"{cont:8.2f} {mean(name, 'time/optimize'):9.2f} {mean(name, 'rollout/tokens'):9.0f} "
               f"{mean(name, 'rollout/tokens') / gold_tokens:7.2f} {mean(name, 'continuations/generate_calls'):6.1f} "
               f"{distinct:9.2f} {mean(name, 'continuations/fill') if requests else float('nan'):5.2f}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from reasoning.problem_sets import is_world_name
 from reward_models.load import judges_each_step, kinds_of
+from rl.decoding import HF_DECODING
 from rl.ppo_math import ESTIMATORS, REWARD_SCALES
 from rl.progress import PROVERS
 from rl.rewards import REWARDS, check_no_added_rewards
@@ -194,6 +195,12 @@ def check_estimator_settings(config) -> None:
                          f"samples all got the same rewards); got {config.advantage_estimator!r}")
     if estimator.monte_carlo:
         check_mc_values(config)
+    if config.hf_decoding not in HF_DECODING:
+        raise ValueError(f"--hf_decoding must be one of {', '.join(HF_DECODING)}; got {config.hf_decoding!r}")
+    if config.hf_decoding == "loop" and config.continuation_sampling == "shared" and (
+            estimator.monte_carlo or REWARDS[config.reward].progress):
+        raise ValueError("--hf_decoding loop applies to --continuation_sampling separate (shared continues "
+                         "from a cut KV cache through generate)")
     if config.continuation_round_tokens and config.continuation_sampling != "separate":
         raise ValueError("--continuation_round_tokens applies to --continuation_sampling separate, got "
                          f"{config.continuation_sampling}")

@@ -1,6 +1,7 @@
 """Settings of the continuations sampled from step boundaries: Monte Carlo step values
 (`--advantage_estimator mc_values`, VinePPO) and progress rewards under a prover (`--reward progress`,
-PAV), and how they are batched (`rl/continuations.py`). A part of `rl.ppo_config.StepPPOConfig`.
+PAV), how they are batched (`rl/continuations.py`), and how rollouts and continuations are decoded
+without vLLM (`rl/decoding.py`). A part of `rl.ppo_config.StepPPOConfig`.
 """
 
 from __future__ import annotations
@@ -63,6 +64,13 @@ class ContinuationSettings:
                           "call does not wait for its longest row while the others have ended (the same "
                           "distribution of continuations, other random draws). 0: one round, each call to its "
                           "rows' budget."},
+    )
+    hf_decoding: str = field(
+        default="generate",
+        metadata={"help": "How rollouts and --continuation_sampling separate's continuations are decoded without "
+                          "vLLM: 'generate' (transformers': every row of a batch computed until its longest ends) "
+                          "or 'loop' (rl/decoding.py: a row leaves the batch the step it ends; the same sampling, "
+                          "fewer decoding steps; docs/results/progress_rewards.md)."},
     )
     continuation_batch_size: int = field(
         default=512,

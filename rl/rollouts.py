@@ -32,6 +32,7 @@ from rl import distributed as D
 from rl import ppo_math as M
 from rl.batches import Rollouts, StepValues
 from rl.continuations import sample_separate, sample_shared, segment_ends, trim_row
+from rl.decoding import decode
 from rl.ppo_config import StepPPOConfig
 from rl.progress import place_progress, progress_stats
 from rl.reward_table import Responses, RewardPlacer, step_end_tokens, without_eos
@@ -99,6 +100,11 @@ class RolloutSampler:
                 chunk = prompts[start : start + args.generation_batch_size]
                 enc = tok(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
                 enc = enc.to(self.accelerator.device)
+                if args.hf_decoding == "loop":  # rows leave the batch as they end (rl/decoding.py)
+                    rows, _ = decode(policy, enc["input_ids"], enc["attention_mask"],
+                                     [args.max_completion_length] * len(chunk), self.sampling_kwargs())
+                    out.extend(rows)
+                    continue
                 gen = policy.generate(**enc, max_new_tokens=args.max_completion_length, **self.sampling_kwargs())
                 out.extend(trim_generated(tok, row) for row in gen[:, enc["input_ids"].shape[1] :].tolist())
             if was_training:
@@ -243,7 +249,7 @@ class RolloutSampler:
                 else:
                     out, done = sample_separate(policy, prefixes, budgets, copies, args.generation_batch_size,
                                                 self.sampling_kwargs(), tok.pad_token_id, tok.eos_token_id, device,
-                                                expected, args.continuation_round_tokens)
+                                                expected, args.continuation_round_tokens, args.hf_decoding)
             finally:
                 if was_training:
                     policy.train()

@@ -244,7 +244,8 @@ SETTINGS_ADDED_LATER = {"step_credit": "return", "entropy_coef": 0.0, "drop_flat
                         "scale_rewards": "group", "answer_match": "strict", "length_drift_updates": 3,
                         "progress_coef": 1.0, "progress_rollouts": 4, "prover": "policy", "prover_best_of": 1,
                         "continuation_sampling": "separate", "continuation_batch_size": 512,
-                        "continuation_boundaries": 0, "continuation_round_tokens": 0}
+                        "continuation_boundaries": 0, "continuation_round_tokens": 0,
+                        "hf_decoding": "generate"}
 """Settings a run stored before they existed, with the value such a run computed with."""
 
 
