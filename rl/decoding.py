@@ -8,14 +8,15 @@ about half of `generate`'s decoding steps compute nothing kept (`continuations/f
 `docs/results/progress_rewards.md`). Here a row leaves the batch, and its keys and values the cache,
 the step it samples its EOS or uses its own budget, so each step costs what its live rows cost.
 
-Sampling is `generate`'s: the same logits warpers (temperature, top-k, top-p) built by transformers'
-own classes, softmax in float32 and one `torch.multinomial` draw per live row, or the argmax when not
-sampling. Positions are counted from each row's first real token, as `generate` counts them from the
-attention mask. Greedy rows are `generate`'s token for token; sampled rows are too under the same
-seed until the first row leaves (after it, fewer rows draw, so the later draws differ; each row is
-still sampled from the same distribution). A model whose generation config asks for more than these
-warpers (a repetition penalty, banned n-grams, a minimum length, ...) is refused with the field named:
-use `--hf_decoding generate` for it.
+Equal rows of a batch (a prompt's samples, the copies of a prefix) are encoded once and their keys
+and values repeated. Sampling is `generate`'s: the same logits warpers (temperature, top-k, top-p)
+built by transformers' own classes, softmax in float32 and one `torch.multinomial` draw per live
+row, or the argmax when not sampling. Positions are counted from each row's first real token, as
+`generate` counts them from the attention mask. Greedy rows are `generate`'s token for token;
+sampled rows of distinct prefixes are too under the same seed until the first row leaves (after it,
+fewer rows draw, so the later draws differ; each row is still sampled from the same distribution).
+A model whose generation config asks for more than these warpers (a repetition penalty, banned
+n-grams, a minimum length, ...) is refused with the field named: use `--hf_decoding generate` for it.
 """
 
 from __future__ import annotations
@@ -76,7 +77,9 @@ def _growing_cache(reserve: int):
     `reserve` more positions, written in place, instead of `torch.cat`-ing the whole cache at every
     step (a copy of every row's keys and values per step and layer: a quarter of a CPU decoding step
     here). `keys` / `values` are views of the filled part, so the model attends over exactly the
-    tokens it has; a buffer that fills up doubles."""
+    tokens it has; a buffer that fills up doubles, and dropping rows copies the filled part only.
+    A small room (32 positions) beats the whole budget: most rows end long before it, and every
+    dropped row would otherwise copy room it never used."""
     from functools import partial
 
     from transformers import DynamicCache
@@ -111,9 +114,12 @@ def _growing_cache(reserve: int):
             return out
 
         def batch_select_indices(self, indices: torch.Tensor) -> None:
-            if self.filled:
-                self.key_buffer = self.key_buffer.index_select(0, indices)
-                self.value_buffer = self.value_buffer.index_select(0, indices)
+            if self.filled:  # the filled part only, into buffers of the same room
+                for name in ("key_buffer", "value_buffer"):
+                    old = getattr(self, name)
+                    new = old.new_empty((indices.numel(), *old.shape[1:]))
+                    torch.index_select(old[:, :, : self.filled], 0, indices, out=new[:, :, : self.filled])
+                    setattr(self, name, new)
                 self.keys = self.key_buffer[:, :, : self.filled]
                 self.values = self.value_buffer[:, :, : self.filled]
 
@@ -146,9 +152,16 @@ def decode(model, ids: torch.Tensor, mask: torch.Tensor, budgets: Sequence[int],
     sample, processors = bool(generate_kwargs.get("do_sample")), warpers(generate_kwargs)
     eos = torch.tensor(_eos_ids(generate_kwargs, eos_id), device=ids.device, dtype=torch.long)
     positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
-    cache = _growing_cache(int(budget[live].max()))
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
-                   logits_to_keep=1).logits[:, -1, :]
+    cache = _growing_cache(min(int(budget[live].max()), 32))  # room for 32 tokens, doubled as needed
+    # equal rows (a prompt's samples, a prefix's copies) are encoded once, their cache rows then repeated
+    distinct, of_row = torch.unique(torch.cat([ids, mask.to(ids.dtype)], dim=1), dim=0, return_inverse=True)
+    once = distinct.shape[0] < ids.shape[0]
+    encoded = distinct.split(ids.shape[1], dim=1) if once else (ids, mask)
+    logits = model(input_ids=encoded[0], attention_mask=encoded[1], position_ids=(encoded[1].long().cumsum(-1) - 1)
+                   .clamp(min=0), past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1, :]
+    if once:
+        logits = logits[of_row]
+        cache.batch_select_indices(of_row)
     seen = ids  # what the warpers see as the sequence so far (none of them reads it)
     position = positions[:, -1]
     steps = used = 0

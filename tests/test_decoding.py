@@ -38,6 +38,32 @@ def test_greedy_rows_are_generates_with_rows_leaving_at_their_eos_or_budget(mode
     assert steps == sum(len(w) for w in want) < len(heads) * max(budgets)  # rows left as they ended
 
 
+def test_equal_rows_are_encoded_once_and_decoded_as_generate_does(model_and_tok):  # noqa: F811
+    """A prompt's samples and a prefix's copies: the first forward sees each distinct row once, and the
+    rows (repeated cache rows, each then its own) are still `generate`'s, greedy, row by row."""
+    model, tok = model_and_tok
+    sources = sources_of(model, tok, n=2, length=12, seed=4)
+    heads = [sources[0][:5], sources[1][:9], sources[0][:5], sources[0][:5], sources[1][:9], sources[1][:4]]
+    budgets = [6, 3, 6, 2, 8, 5]
+    greedy = dict(do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=None)
+    want = [alone(model, h, b, **greedy) for h, b in zip(heads, budgets)]
+    widths = []
+    real = model.forward
+
+    def spy(*args, **kwargs):
+        widths.append(tuple(kwargs["input_ids"].shape))
+        return real(*args, **kwargs)
+
+    model.forward = spy
+    try:
+        ids, mask = left_padded(heads, tok.pad_token_id)
+        got, steps = decode(model, ids, mask, budgets, greedy)
+    finally:
+        del model.forward
+    assert got == want and steps == sum(budgets)
+    assert widths[0] == (3, 9) and all(w[1] == 1 for w in widths[1:])  # 3 distinct rows encoded, then one token a step
+
+
 def test_sampled_rows_are_generates_under_the_same_seed_while_none_has_left(model_and_tok):  # noqa: F811
     """Temperature, top-k and top-p as `generate` applies them, one multinomial draw per row and step:
     with no EOS and one budget for all, every draw is the one `generate` makes."""
