@@ -222,12 +222,8 @@ def sample_separate(model, prefixes: Sequence[Sequence[int]], budgets: Sequence[
     calls = steps = rounds = 0
     while pending:
         rounds += 1
-        if decoding == "loop":  # rows leave as they end: group by prefix length, so a chunk pads least
-            order = sorted(pending, key=lambda r: (-len(prefixes[rows[r]]) - len(out[r]),
-                                                   -min(likely[rows[r]], budgets[rows[r]]) + len(out[r])))
-        else:  # a call runs until its longest row ends: group by how long each likely runs
-            order = sorted(pending, key=lambda r: (-min(likely[rows[r]] - len(out[r]), budgets[rows[r]] - len(out[r])),
-                                                   -budgets[rows[r]], -len(prefixes[rows[r]])))
+        order = sorted(pending, key=lambda r: _chunk_order(len(prefixes[rows[r]]), len(out[r]), likely[rows[r]],
+                                                          int(budgets[rows[r]]), decoding))
         pending = []
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
@@ -253,6 +249,15 @@ def sample_separate(model, prefixes: Sequence[Sequence[int]], budgets: Sequence[
     tokens = float(sum(len(c) for c in out))
     return out, {"distinct": float(len(prefixes)), "rows": float(len(rows)), "generate_calls": float(calls),
                  "rounds": float(rounds), "tokens": tokens, "fill": tokens / steps if steps else 1.0}
+
+
+def _chunk_order(prefix: int, sampled: int, likely: int, budget: int, decoding: str) -> tuple[int, ...]:
+    """A row's place in sample_separate's chunks. Through `generate`, a call runs until its longest
+    row ends: rows grouped by how long each likely runs. Through the loop, rows leave as they end:
+    grouped by prefix length, so that a chunk pads least."""
+    if decoding == "loop":
+        return (-prefix - sampled, sampled - min(likely, budget))
+    return (-min(likely - sampled, budget - sampled), -budget, -prefix)
 
 
 def segment_ends(ends: Sequence[int], boundaries: int) -> list[int]:
