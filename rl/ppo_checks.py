@@ -197,6 +197,9 @@ def check_estimator_settings(config) -> None:
         check_mc_values(config)
     if config.hf_decoding not in HF_DECODING:
         raise ValueError(f"--hf_decoding must be one of {', '.join(HF_DECODING)}; got {config.hf_decoding!r}")
+    if config.hf_decoding == "loop" and config.use_vllm:
+        raise ValueError("--hf_decoding loop decodes with transformers; with --use_vllm true vLLM samples the "
+                         "rollouts and no continuation is sampled: drop one of the two")
     if config.hf_decoding == "loop" and config.continuation_sampling == "shared" and (
             estimator.monte_carlo or REWARDS[config.reward].progress):
         raise ValueError("--hf_decoding loop applies to --continuation_sampling separate (shared continues "

@@ -124,8 +124,8 @@ def test_separate_continuations_through_the_loop_are_generates(model_and_tok, ro
 
 def test_the_trainer_samples_rollouts_and_continuations_through_the_loop(policy_dir, tmp_path):  # noqa: F811
     """--hf_decoding loop: an mc_values update runs with its rollouts and continuations decoded by the
-    loop (spied on), every continuation's decoding steps its own tokens; a bad value or the shared
-    sampling is refused when the config is made."""
+    loop (spied on), every continuation's decoding steps its own tokens; a bad value, vLLM rollouts or
+    the shared sampling is refused when the config is made."""
     import rl.continuations as C
     import rl.rollouts as R
     from rl.ppo_config import StepPPOConfig
@@ -151,6 +151,8 @@ def test_the_trainer_samples_rollouts_and_continuations_through_the_loop(policy_
     assert metrics["continuations/fill"] == 1.0 and metrics["continuations/tokens"] > 0
     with pytest.raises(ValueError, match="--hf_decoding must be one of generate, loop; got 'fast'"):
         StepPPOConfig(output_dir=str(tmp_path / "x"), hf_decoding="fast", report_to="none")
+    with pytest.raises(ValueError, match="--hf_decoding loop decodes with transformers; with --use_vllm true"):
+        StepPPOConfig(output_dir=str(tmp_path / "x"), hf_decoding="loop", use_vllm=True, report_to="none")
     with pytest.raises(ValueError, match="--hf_decoding loop applies to --continuation_sampling separate"):
         StepPPOConfig(output_dir=str(tmp_path / "x"), hf_decoding="loop", continuation_sampling="shared",
                       advantage_estimator="mc_values", report_to="none")
