@@ -9,7 +9,7 @@ from test_continuations import model_and_tok, sources_of  # noqa: F401  (model_a
 from test_mc_values import make_trainer, policy_dir  # noqa: F401  (policy_dir: a fixture)
 
 from rl.continuations import sample_separate
-from rl.decoding import check_generation_config, decode, left_padded
+from rl.decoding import check_generation_config, decode, left_padded, nest
 
 
 def alone(model, head, budget, **kwargs):
@@ -38,9 +38,93 @@ def test_greedy_rows_are_generates_with_rows_leaving_at_their_eos_or_budget(mode
     assert steps == sum(len(w) for w in want) < len(heads) * max(budgets)  # rows left as they ended
 
 
-def test_equal_rows_are_encoded_once_and_decoded_as_generate_does(model_and_tok):  # noqa: F811
-    """A prompt's samples and a prefix's copies: the first forward sees each distinct row once, and the
-    rows (repeated cache rows, each then its own) are still `generate`'s, greedy, row by row."""
+def nested_case(model, tok, copies=1):
+    """Rows cut at three boundaries of three sequences (nested, some equal), mixed budgets, and an EOS
+    the greedy rows emit, so that they end at different steps; with what `generate` gives each alone."""
+    sources = sources_of(model, tok, n=3, length=20, seed=2)
+    heads = [sources[s][:cut] for s in range(3) for cut in (3, 8, 14) for _ in range(copies)]
+    budgets = [4 + 3 * (i // copies % 4) for i in range(len(heads))]
+    free = dict(do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=None)
+    eos = alone(model, heads[copies], budgets[copies], **free)[2]
+    greedy = dict(free, eos_token_id=eos)
+    return heads, budgets, greedy, [alone(model, h, b, **greedy) for h, b in zip(heads, budgets)]
+
+
+def test_ended_rows_are_dropped_once_they_are_a_share_of_the_batch(model_and_tok, monkeypatch):  # noqa: F811
+    """DROP_SHARE: ended rows stay in the batch (computed, not kept) until they are 1/DROP_SHARE of it;
+    whatever the share, every row is `generate`'s."""
+    import rl.decoding as D
+
+    model, tok = model_and_tok
+    heads, budgets, greedy, want = nested_case(model, tok, copies=2)  # 18 rows: dropped 2 at a time
+    ids, mask = left_padded(heads, tok.pad_token_id)
+    got, steps = decode(model, ids, mask, budgets, greedy)
+    assert got == want and sum(len(w) for w in want) <= steps < len(heads) * max(budgets)
+    monkeypatch.setattr(D, "DROP_SHARE", 1)  # dropped only when all have ended: every row computed to the end
+    got, steps = decode(model, ids, mask, budgets, greedy)
+    assert got == want and steps == len(heads) * max(len(w) for w in want)
+
+
+@pytest.mark.parametrize("arch, heads, kv_heads, eager", [("llama", 6, 2, False), ("llama", 6, 2, True),
+                                                          ("qwen2", 4, 4, False), ("qwen2", 4, 2, True)])
+def test_grouped_query_heads_qwen2_and_the_plain_attention_path(model_and_tok, monkeypatch, arch,  # noqa: F811
+                                                                 heads, kv_heads, eager):
+    """Grouped-query attention (SmolLM2 has 9 query heads on 3 key-value heads), Qwen2, and the
+    attention in plain operations that devices other than the CPU take: rows still `generate`'s."""
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+
+    import rl.decoding as D
+
+    sampler, tok = model_and_tok
+    config = (LlamaConfig if arch == "llama" else Qwen2Config)(
+        vocab_size=len(tok), hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=heads,
+        num_key_value_heads=kv_heads, max_position_embeddings=256, pad_token_id=tok.pad_token_id, initializer_range=0.2)
+    torch.manual_seed(5)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    monkeypatch.setattr(D, "EAGER_ATTENTION", eager)
+    heads_, budgets, greedy, _ = nested_case(sampler, tok, copies=2)
+    want = [alone(model, h, b, **greedy) for h, b in zip(heads_, budgets)]
+    ids, mask = left_padded(heads_, tok.pad_token_id)
+    assert decode(model, ids, mask, budgets, greedy)[0] == want
+
+
+def test_a_lora_policy_decodes_through_the_loop_as_generate_does(model_and_tok):  # noqa: F811
+    """A PEFT-wrapped policy (--use_peft): the loop's attention is reached through the adapter."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    sampler, tok = model_and_tok
+    torch.manual_seed(3)
+    model = get_peft_model(copy.deepcopy(sampler), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                              init_lora_weights=False)).eval()
+    heads, budgets, greedy, _ = nested_case(sampler, tok)
+    want = [alone(model, h, b, **greedy) for h, b in zip(heads, budgets)]
+    assert want != [alone(sampler, h, b, **greedy) for h, b in zip(heads, budgets)]  # the adapter changes the rows
+    ids, mask = left_padded(heads, tok.pad_token_id)
+    assert decode(model, ids, mask, budgets, greedy)[0] == want
+
+
+def test_a_model_whose_attention_the_loop_cannot_reach_is_refused(model_and_tok, monkeypatch):  # noqa: F811
+    import contextlib
+
+    import rl.decoding as D
+
+    model, tok = model_and_tok
+    ids, mask = left_padded([[5, 6, 7], [5, 6]], tok.pad_token_id)
+    greedy = dict(do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=None)
+    monkeypatch.setattr(D, "_shared_prefix_attention_on", lambda model: contextlib.nullcontext())
+    with pytest.raises(ValueError, match="attention dispatches through transformers' AttentionInterface"):
+        decode(model, ids, mask, [4, 4], greedy)
+    q = torch.zeros((1, 2, 1, 4))
+    with pytest.raises(ValueError, match="does not apply sliding_window attention: use --hf_decoding generate"):
+        D._shared_prefix_attention(None, q, q, q, None, sliding_window=8)
+
+
+def test_equal_and_nested_rows_are_encoded_once_and_decoded_as_generate_does(model_and_tok):  # noqa: F811
+    """A prompt's samples, a prefix's copies, a response's boundaries: the first forward sees each
+    source (the longest row that others begin) once, and the rows, each reading its part of its source
+    and then its own tokens, are still `generate`'s, greedy, row by row."""
     model, tok = model_and_tok
     sources = sources_of(model, tok, n=2, length=12, seed=4)
     heads = [sources[0][:5], sources[1][:9], sources[0][:5], sources[0][:5], sources[1][:9], sources[1][:4]]
@@ -61,7 +145,19 @@ def test_equal_rows_are_encoded_once_and_decoded_as_generate_does(model_and_tok)
     finally:
         del model.forward
     assert got == want and steps == sum(budgets)
-    assert widths[0] == (3, 9) and all(w[1] == 1 for w in widths[1:])  # 3 distinct rows encoded, then one token a step
+    distinct = {tuple(h) for h in heads}
+    longest = [h for h in distinct if not any(o != h and o[: len(h)] == h for o in distinct)]
+    assert len(longest) < len(distinct) == 3  # all 3 open with the same prompt: nested ones are read from others
+    assert widths[0] == (len(longest), 9) and all(w[1] == 1 for w in widths[1:])  # encoded once, then a token a step
+
+
+def test_nest_reads_each_sequence_from_the_longest_it_begins():
+    heads = [(1, 2), (1, 2, 3), (1, 5), (1, 2, 3, 4), (7,), (1,), (1, 2, 4)]
+    sources, source_of = nest(heads)
+    assert sorted(sources) == [(1, 2, 3, 4), (1, 2, 4), (1, 5), (7,)]
+    for head, s in zip(heads, source_of):
+        assert sources[s][: len(head)] == head
+    assert nest([]) == ([], [])
 
 
 def test_sampled_rows_are_generates_under_the_same_seed_while_none_has_left(model_and_tok):  # noqa: F811
@@ -111,7 +207,19 @@ def test_separate_continuations_through_the_loop_are_generates(model_and_tok, ro
     greedy = dict(free, eos_token_id=eos)
     common = dict(copies=2, batch_size=4, generate_kwargs=greedy, pad_id=tok.pad_token_id, eos_id=eos, device="cpu",
                   round_tokens=round_tokens)
-    looped, stats = sample_separate(model, prefixes, budgets, decoding="loop", **common)
+    import rl.continuations as C
+
+    real, sizes = C.decode, []
+
+    def spy(model, ids, *args, **kwargs):
+        sizes.append(ids.shape[0])
+        return real(model, ids, *args, **kwargs)
+
+    C.decode = spy
+    try:
+        looped, stats = sample_separate(model, prefixes, budgets, decoding="loop", **common)
+    finally:
+        C.decode = real
     generated, before = sample_separate(model, prefixes, budgets, **common)
     assert looped == generated
     for i, (p, b) in enumerate(zip(prefixes, budgets)):
@@ -119,7 +227,9 @@ def test_separate_continuations_through_the_loop_are_generates(model_and_tok, ro
     assert stats["tokens"] == before["tokens"] and stats["fill"] == 1.0
     if not round_tokens:  # in one round generate computes ended rows until its chunk's longest ends
         assert before["fill"] < 1.0
-    assert stats["generate_calls"] == before["generate_calls"]
+    assert stats["generate_calls"] == len(sizes) and max(sizes) <= 4  # chunks of whole sources, within the batch
+    if not round_tokens:  # one round: every row sampled once
+        assert sum(sizes) == 18
 
 
 def test_the_trainer_samples_rollouts_and_continuations_through_the_loop(policy_dir, tmp_path):  # noqa: F811
