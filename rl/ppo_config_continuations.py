@@ -74,6 +74,6 @@ class ContinuationSettings:
     )
     continuation_batch_size: int = field(
         default=512,
-        metadata={"help": "--continuation_sampling shared: continuation rows per generate call (whole "
-                          "responses' rows at a time; its KV cache grows with it)."},
+        metadata={"help": "Continuation rows per call with --continuation_sampling shared, or separate under "
+                          "--hf_decoding loop (whole responses' rows at a time; the KV cache grows with it)."},
     )

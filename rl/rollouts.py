@@ -235,7 +235,8 @@ class RolloutSampler:
         cut from) encoded once, from the longest of them. separate (`rl.continuations.sample_separate`):
         every prefix re-encoded by `generate`, chunks of `generation_batch_size` rows sorted by
         `expected[i]` (how long request i's continuation likely runs: the rest of the response it is
-        cut from) where given, else by budget, in rounds of `--continuation_round_tokens`."""
+        cut from) where given, else by budget, in rounds of `--continuation_round_tokens`; through
+        `--hf_decoding loop`, chunks of `continuation_batch_size` rows grouped by response."""
         args, tok = self.args, self.tokenizer
         device = self.accelerator.device
         with self.prover_for_generation(prover) as policy:
@@ -247,7 +248,8 @@ class RolloutSampler:
                     out, done = sample_shared(policy, sources, requests, budgets, copies, args.continuation_batch_size,
                                               self.sampling_kwargs(), tok.pad_token_id, tok.eos_token_id, device)
                 else:
-                    out, done = sample_separate(policy, prefixes, budgets, copies, args.generation_batch_size,
+                    rows = args.continuation_batch_size if args.hf_decoding == "loop" else args.generation_batch_size
+                    out, done = sample_separate(policy, prefixes, budgets, copies, rows,
                                                 self.sampling_kwargs(), tok.pad_token_id, tok.eos_token_id, device,
                                                 expected, args.continuation_round_tokens, args.hf_decoding)
             finally:
