@@ -275,6 +275,19 @@ def _shared_prefix_attention_on(model):
         config._attn_implementation = before
 
 
+@contextmanager
+def _logits_at(model, rows: torch.Tensor, positions: torch.Tensor):
+    """The model's output layer applied to the final hidden states at (`rows[i]`, `positions[i]`) only,
+    its logits [1, N, vocab]: a source's every position through a real vocabulary (49k for SmolLM2)
+    would take gigabytes for a chunk of 512 rows."""
+    head = model.get_output_embeddings()
+    handle = head.register_forward_pre_hook(lambda module, args: (args[0][rows, positions][None], *args[1:]))
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
 @torch.no_grad()
 def _encode(model, heads: list[tuple[int, ...]], pad_id: int, device) -> tuple[SharedPrefix, torch.Tensor]:
     """The rows' sources (`nest`) encoded in one forward, left-padded, and each row's first logits
@@ -286,10 +299,12 @@ def _encode(model, heads: list[tuple[int, ...]], pad_id: int, device) -> tuple[S
     cut = torch.tensor([len(h) for h in heads], device=device)
     ids, mask = left_padded(sources, pad_id)
     ids, mask = ids.to(device), mask.to(device)
-    encoded = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0), use_cache=True)
     pads = (mask.shape[1] - mask.sum(-1)).to(device)
+    with _logits_at(model, group, pads[group] + cut - 1):
+        encoded = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                        use_cache=True)
     layers = [(layer.keys, layer.values) for layer in encoded.past_key_values.layers]
-    logits = encoded.logits[group, pads[group] + cut - 1]
+    logits = encoded.logits[0]
     config = model.config
     rep = config.num_attention_heads // (getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
     return SharedPrefix(layers, pads, group, cut, rep), logits

@@ -139,11 +139,15 @@ def test_equal_and_nested_rows_are_encoded_once_and_decoded_as_generate_does(mod
         return real(*args, **kwargs)
 
     model.forward = spy
+    shapes = []  # what the output layer is given: the rows' last prefix tokens only, then a token a row
+    hook = model.get_output_embeddings().register_forward_hook(lambda m, args, out: shapes.append(args[0].shape))
     try:
         ids, mask = left_padded(heads, tok.pad_token_id)
         got, steps = decode(model, ids, mask, budgets, greedy)
     finally:
         del model.forward
+        hook.remove()
+    assert tuple(shapes[0]) == (1, len(heads), model.config.hidden_size)
     assert got == want and steps == sum(budgets)
     distinct = {tuple(h) for h in heads}
     longest = [h for h in distinct if not any(o != h and o[: len(h)] == h for o in distinct)]

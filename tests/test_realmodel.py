@@ -101,6 +101,32 @@ def test_converted_model_loads_plain_with_its_chat_template(smollm2):
     assert tok.chat_template and tok.eos_token == "<|im_end|>" and model.config.eos_token_id == tok.eos_token_id
 
 
+def test_the_decoding_loop_is_generates_on_smollm2(smollm2):
+    """--hf_decoding loop on a real model (9 query heads on 3 key-value heads, a 49k vocabulary): rows
+    that repeat and begin one another, each greedy row `generate`'s from its prefix alone."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rl.decoding import decode, left_padded
+
+    model = AutoModelForCausalLM.from_pretrained(smollm2).eval()
+    tok = AutoTokenizer.from_pretrained(smollm2)
+    say = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    question = say("Question: Ava has 3 apples and buys 4 more. How many apples does she have? Answer: Ava has")
+    full = question + say(" 3 apples. She buys 4 more, so she has 3 + 4 = 7 apples.")
+    heads = [question, full[: len(question) + 5], full, full[: len(question) + 5], say("Tom has 2 pens.")]
+    budgets = [10, 8, 6, 8, 10]
+    greedy = dict(do_sample=False, pad_token_id=tok.pad_token_id or 0, eos_token_id=tok.eos_token_id)
+    want = []
+    for head, budget in zip(heads, budgets):
+        ids = torch.tensor([head])
+        row = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=budget,
+                             **greedy)[0, len(head):].tolist()
+        want.append(row[: row.index(tok.eos_token_id) + 1] if tok.eos_token_id in row else row)
+    ids, mask = left_padded(heads, greedy["pad_token_id"])
+    assert decode(model, ids, mask, budgets, greedy)[0] == want
+
+
 def test_chat_template_prompting_and_free_form_steps(smollm2):
     from backends.base import SamplingParams
     from backends.hf import HFGenerator
