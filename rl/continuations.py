@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from rl.decoding import decode, left_padded, nest
+from rl.decoding import decode, encode_sources, left_padded, nest
 
 
 @dataclass(frozen=True)
@@ -71,18 +71,6 @@ def chunks(unique: Sequence[tuple[int, int]], copies: int, batch_size: int) -> l
     return [c for c in out if c]
 
 
-def _positions(mask: torch.Tensor) -> torch.Tensor:
-    """Each token's position counted from its row's first real token (as `generate` counts them)."""
-    return (mask.long().cumsum(-1) - 1).clamp(min=0)
-
-
-def _layers(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(keys, values) [B, H, L, D] of every layer of a transformers cache."""
-    if hasattr(cache, "layers"):
-        return [(layer.keys, layer.values) for layer in cache.layers]
-    return [(cache.key_cache[i], cache.value_cache[i]) for i in range(len(cache.key_cache))]  # pragma: no cover
-
-
 def _cache_of(layers: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
     from transformers import DynamicCache
 
@@ -90,22 +78,6 @@ def _cache_of(layers: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
     for i, (keys, values) in enumerate(layers):
         cache.update(keys, values, i)
     return cache
-
-
-@torch.no_grad()
-def encode_sources(model, sources: Sequence[Sequence[int]], lengths: Sequence[int], pad_id: int,
-                   device) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], list[int]]:
-    """One forward over the first `lengths[i]` tokens of each source, left-padded: every layer's
-    keys and values [S, H, L, D] and each source's padding on the left."""
-    width = max(lengths)
-    ids = torch.full((len(sources), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sources), width), dtype=torch.long)
-    for row, (source, length) in enumerate(zip(sources, lengths)):
-        ids[row, width - length :] = torch.tensor(list(source[:length]))
-        mask[row, width - length :] = 1
-    ids, mask = ids.to(device), mask.to(device)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=True, logits_to_keep=1)
-    return _layers(out.past_key_values), [width - length for length in lengths]
 
 
 def row_cache(layers: list[tuple[torch.Tensor, torch.Tensor]], pads: Sequence[int], rows: Sequence[tuple[int, int]],
@@ -158,9 +130,8 @@ def sample_shared(model, sources: Sequence[Sequence[int]], requests: Sequence[tu
         encoded = [s for s in members if longest[s] > 0]
         layers, pads = None, [0] * len(members)
         if encoded:
-            layers, enc_pads = encode_sources(model, [sources[s] for s in encoded], [longest[s] for s in encoded],
-                                              pad_id, device)
-            for s, pad in zip(encoded, enc_pads):
+            layers, enc_pads, _ = encode_sources(model, [sources[s][: longest[s]] for s in encoded], pad_id, device)
+            for s, pad in zip(encoded, enc_pads.tolist()):
                 pads[local[s]] = pad
             index_of = {s: i for i, s in enumerate(encoded)}
         rows = [u for u in chunk for _ in range(copies)]

@@ -288,23 +288,47 @@ def _logits_at(model, rows: torch.Tensor, positions: torch.Tensor):
         handle.remove()
 
 
+def positions(mask: torch.Tensor) -> torch.Tensor:
+    """Each token's position counted from its row's first real token (as `generate` counts them)."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def cache_layers(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(keys, values) [B, H, L, D] of every layer of a transformers cache."""
+    if hasattr(cache, "layers"):
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return [(cache.key_cache[i], cache.value_cache[i]) for i in range(len(cache.key_cache))]  # pragma: no cover
+
+
 @torch.no_grad()
+def encode_sources(model, sources: Sequence[Sequence[int]], pad_id: int, device,
+                   logits_at: tuple[torch.Tensor, torch.Tensor] | None = None
+                   ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor, torch.Tensor]:
+    """One forward over the sources, left-padded: every layer's keys and values [S, H, L, D], each
+    source's padding on the left [S], and logits [N, vocab]: given `logits_at` (source rows, token
+    indices counted in each source), at those tokens only; else at each source's last token."""
+    ids, mask = left_padded(sources, pad_id)
+    ids, mask = ids.to(device), mask.to(device)
+    pads = mask.shape[1] - mask.sum(-1)
+    inputs = dict(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True)
+    if logits_at is None:
+        out = model(**inputs, logits_to_keep=1)
+        return cache_layers(out.past_key_values), pads, out.logits[:, -1]
+    rows, at = logits_at
+    with _logits_at(model, rows, pads[rows] + at):
+        out = model(**inputs)
+    return cache_layers(out.past_key_values), pads, out.logits[0]
+
+
 def _encode(model, heads: list[tuple[int, ...]], pad_id: int, device) -> tuple[SharedPrefix, torch.Tensor]:
-    """The rows' sources (`nest`) encoded in one forward, left-padded, and each row's first logits
-    (at its last prefix token)."""
+    """The rows' sources (`nest`) encoded in one forward, and each row's first logits (at its last
+    prefix token)."""
     distinct = list(dict.fromkeys(heads))
     sources, source_of = nest(distinct)
     index = {h: i for i, h in enumerate(distinct)}
     group = torch.tensor([source_of[index[h]] for h in heads], device=device)
     cut = torch.tensor([len(h) for h in heads], device=device)
-    ids, mask = left_padded(sources, pad_id)
-    ids, mask = ids.to(device), mask.to(device)
-    pads = (mask.shape[1] - mask.sum(-1)).to(device)
-    with _logits_at(model, group, pads[group] + cut - 1):
-        encoded = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
-                        use_cache=True)
-    layers = [(layer.keys, layer.values) for layer in encoded.past_key_values.layers]
-    logits = encoded.logits[0]
+    layers, pads, logits = encode_sources(model, sources, pad_id, device, logits_at=(group, cut - 1))
     config = model.config
     rep = config.num_attention_heads // (getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
     return SharedPrefix(layers, pads, group, cut, rep), logits

@@ -8,7 +8,8 @@ import pytest
 import torch
 from test_mc_values import make_trainer, policy_dir  # noqa: F401  (policy_dir: a fixture)
 
-from rl.continuations import chunks, encode_sources, plan, row_cache, sample_separate, sample_shared, segment_ends
+from rl.continuations import chunks, plan, row_cache, sample_separate, sample_shared, segment_ends
+from rl.decoding import encode_sources
 from rl.models import build_tiny_causal_lm
 from rl.rollouts import _sources_of
 
@@ -65,7 +66,8 @@ def test_a_rows_cache_is_the_cache_of_its_own_prefix(model_and_tok):
     model, tok = model_and_tok
     sources = sources_of(model, tok, n=3, length=12)
     lengths = [len(sources[0]), len(sources[1]) - 4, len(sources[2]) - 7]
-    layers, pads = encode_sources(model, sources, lengths, tok.pad_token_id, "cpu")
+    layers, pads, _ = encode_sources(model, [s[:n] for s, n in zip(sources, lengths)], tok.pad_token_id, "cpu")
+    pads = pads.tolist()
     rows = [(0, 5), (1, 9), (2, 1), (0, lengths[0])]
     width = max(n for _, n in rows) + 2
     cut = row_cache(layers, pads, rows, width)
