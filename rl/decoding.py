@@ -232,8 +232,14 @@ class SharedPrefix:
 def _attention(query, key, value, mask, scale) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax attention of `query` [N, Hkv, Q, D] over `key`, `value` [N, Hkv, K, D] under an additive
     `mask` [N, 1, Q, K] (or none): the output [N, Hkv, Q, D] and each query's log-sum-exp [N, Hkv, Q]
-    (float32). On CPU, PyTorch's flash kernel; elsewhere the same in plain operations."""
-    if query.device.type == "cpu" and not EAGER_ATTENTION:
+    (float32). On CPU, PyTorch's flash kernel; elsewhere the same in plain operations. Under autocast
+    the inputs are cast to its dtype, as autocast casts `scaled_dot_product_attention`'s (rotary
+    embeddings leave queries and keys in float32 beside bf16 values)."""
+    kind = query.device.type
+    dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else query.dtype
+    query, key, value = query.to(dtype), key.to(dtype), value.to(dtype)
+    mask = mask.to(dtype) if mask is not None else None
+    if kind == "cpu" and not EAGER_ATTENTION:
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, attn_mask=mask,
                                                                                 scale=scale)
         return out, lse.float()

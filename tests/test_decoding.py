@@ -88,6 +88,29 @@ def test_grouped_query_heads_qwen2_and_the_plain_attention_path(model_and_tok, m
     assert decode(model, ids, mask, budgets, greedy)[0] == want
 
 
+@pytest.mark.parametrize("precision, eager", [("weights", False), ("autocast", False), ("autocast", True)])
+def test_bf16_weights_and_bf16_autocast_decode_as_generate_does(model_and_tok, monkeypatch, precision,  # noqa: F811
+                                                                eager):
+    """bf16 weights (--dtype bfloat16) and bf16 autocast over float32 weights (--bf16 on a CPU, where
+    rotary embeddings hand the attention float32 queries and keys beside bf16 values): the loop's
+    attention computes in the dtype `generate`'s does, and the greedy rows are `generate`'s."""
+    import contextlib
+    import copy
+
+    import rl.decoding as D
+
+    sampler, tok = model_and_tok
+    monkeypatch.setattr(D, "EAGER_ATTENTION", eager)
+    model = copy.deepcopy(sampler).to(torch.bfloat16) if precision == "weights" else sampler
+    heads, budgets, greedy, _ = nested_case(sampler, tok, copies=2)
+    ids, mask = left_padded(heads, tok.pad_token_id)
+    scope = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "autocast" else contextlib.nullcontext()
+    with scope:
+        want = [alone(model, h, b, **greedy) for h, b in zip(heads, budgets)]
+        got = decode(model, ids, mask, budgets, greedy)[0]
+    assert got == want
+
+
 def test_a_lora_policy_decodes_through_the_loop_as_generate_does(model_and_tok):  # noqa: F811
     """A PEFT-wrapped policy (--use_peft): the loop's attention is reached through the adapter."""
     import copy
@@ -119,6 +142,24 @@ def test_a_model_whose_attention_the_loop_cannot_reach_is_refused(model_and_tok,
     q = torch.zeros((1, 2, 1, 4))
     with pytest.raises(ValueError, match="does not apply sliding_window attention: use --hf_decoding generate"):
         D._shared_prefix_attention(None, q, q, q, None, sliding_window=8)
+
+
+def test_a_softcapped_model_is_refused_in_one_line(model_and_tok):  # noqa: F811
+    """Gemma 2 caps its attention logits (softcap), which the loop's attention does not apply: the
+    first decoding step says so and names the way out (its layers are all full attention here, so the
+    softcap is what is refused, not a sliding window)."""
+    from transformers import AutoModelForCausalLM, Gemma2Config
+
+    _, tok = model_and_tok
+    config = Gemma2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                          num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=64,
+                          layer_types=["full_attention"] * 2, pad_token_id=tok.pad_token_id)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    assert model.config.attn_logit_softcapping is not None
+    ids, mask = left_padded([[5, 6, 7], [5, 6]], tok.pad_token_id)
+    greedy = dict(do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=None)
+    with pytest.raises(ValueError, match="does not apply softcap attention: use --hf_decoding generate"):
+        decode(model, ids, mask, [4, 4], greedy)
 
 
 def test_equal_and_nested_rows_are_encoded_once_and_decoded_as_generate_does(model_and_tok):  # noqa: F811
