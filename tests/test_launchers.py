@@ -283,13 +283,15 @@ def test_lora_with_a_critic_and_the_answer_check_in_bf16_under_each_shipped_conf
     """LoRA on the policy and on the critic (its value head trained whole), the answer check, with
     each config's own mixed precision (bf16: autocast under DDP, DeepSpeed's bf16 with float32
     master weights under ZeRO; under ZeRO-3 the float32 adapters over the bf16 base that ZeRO-3
-    loaded are put in one dtype for DeepSpeed's flat buffer)."""
+    loaded are put in one dtype for DeepSpeed's flat buffer). Rollouts are decoded by the loop
+    (--hf_decoding loop) inside each launcher's gather (ZeRO-3's gathered weights, FSDP2's unsharded
+    ones), each rank to its own rows' ends; the float32 runs above decode with `generate`."""
     from peft import AutoPeftModelForCausalLM
     from safetensors.torch import load_file
 
     out = tmp_path / launcher
     launch(*LAUNCHERS[launcher], ppo_args(models, out, "--use_peft", "true", "--lora_r", "4", "--reward", "gold",
-                                          "--learning_rate", "1e-2"))
+                                          "--learning_rate", "1e-2", "--hf_decoding", "loop"))
     assert json.loads((out / "eval.json").read_text())["processes"] == 2
     adapter = load_file(str(out / "policy" / "adapter_model.safetensors"))
     lora_b = [v for k, v in adapter.items() if "lora_B" in k]
