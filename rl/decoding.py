@@ -187,10 +187,11 @@ class SharedPrefix:
             self.values = [v.index_select(0, used) for v in self.values]
             self.pads = self.pads[used]
         self.group = group
-        rank = torch.zeros_like(group)
-        for g in range(int(used.numel())):  # a row's place among its source's rows
-            members = torch.nonzero(group == g).flatten()
-            rank[members] = torch.arange(members.numel(), device=group.device)
+        order = torch.argsort(group, stable=True)  # a row's place among its source's rows, in row order
+        counts = torch.bincount(group, minlength=int(used.numel()))
+        first = torch.cumsum(counts, 0) - counts
+        rank = torch.empty_like(group)
+        rank[order] = torch.arange(group.numel(), device=group.device) - first[group[order]]
         self.width = int(rank.max()) + 1
         self.slot = group * self.width + rank
         span = self.keys[0].shape[2]
