@@ -89,6 +89,27 @@ def test_verifier_lm_recipe_is_a_larger_model_of_the_same_world():
     assert big.teacher_noise == "none"  # a verifier taught the policy's misreadings could not flag them
 
 
+def test_sparse_recipe_is_the_long_recipe_wider_slower_and_twice_over():
+    """configs/sft/sparse_world.yaml is the draw measured in docs/results/sparse_world.md: the long
+    recipe with hidden 256, learning rate 5e-4 and two epochs, nothing else changed."""
+    import dataclasses
+    from pathlib import Path
+
+    from trl import TrlParser
+
+    root = Path(__file__).resolve().parents[1] / "configs" / "sft"
+    parser = TrlParser((sft.WorldSFTArguments, sft.WorldSFTConfig))
+    long, long_training = parser.parse_args_and_config(args=["--config", str(root / "long_world.yaml")])
+    sparse, sparse_training = parser.parse_args_and_config(args=["--config", str(root / "sparse_world.yaml")])
+    changed = {k: v for k, v in vars(sparse).items() if vars(long)[k] != v}
+    assert changed == {"hidden_size": 256}
+    settings = [f.name for f in dataclasses.fields(sparse_training) if f.init]  # not the run's state objects
+    training = {k for k in settings if getattr(sparse_training, k) != getattr(long_training, k)}
+    assert training <= {"output_dir", "logging_dir", "learning_rate", "num_train_epochs", "run_name"}, training
+    assert (sparse_training.learning_rate, sparse_training.num_train_epochs) == (5e-4, 2)
+    assert sparse_training.output_dir == "outputs/sft_sparse" and sparse_training.seed == long_training.seed == 0
+
+
 def test_length_bucket_indices_batches_rows_of_similar_length_in_random_order():
     """Every row once; with one chunk covering all rows each batch holds one length; the batches'
     order changes with the seed (not a sweep from short to long); a ragged batch goes last."""
