@@ -40,6 +40,7 @@ from rl import fsdp2, tracking
 from rl import ppo_math as M
 from rl import ppo_prepare as P
 from rl.batches import Advantages, LogProbs, Rollouts, StepValues
+from rl.decoding import positions
 from rl.greedy_accuracy import compare_greedy_rows
 from rl.hub import push_folder
 from rl.online_prm import online_update
@@ -68,10 +69,6 @@ class PolicyAndCritic(nn.Module):
             values = self.critic(input_ids=input_ids, attention_mask=attention_mask,
                                  position_ids=position_ids).logits.squeeze(-1)
         return logits, values
-
-
-def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
-    return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
 class _Clock:
@@ -168,7 +165,7 @@ class StepPPOTrainer:
         r_ids, r_mask = batch.response_ids[rows], batch.response_mask[rows]
         input_ids = torch.cat([q_ids, r_ids], dim=1)
         attention = torch.cat([q_mask.float(), r_mask], dim=1).long()
-        pos = position_ids_from_mask(attention)
+        pos = positions(attention)
         logits, values = model(input_ids=input_ids, attention_mask=attention, position_ids=pos, with_values=with_values)
         p = q_ids.shape[1]
         logits = logits[:, p - 1 : -1].float() / self.args.temperature
