@@ -81,7 +81,9 @@ class HFGenerator:
             chunk = jobs[start : start + self.batch_size]
             enc = self._encode([p for _, p in chunk], return_tensors="pt", padding=True)
             enc = {k: v.to(self.device) for k, v in enc.items()}
-            kwargs = dict(max_new_tokens=params.max_new_tokens, pad_token_id=tok.pad_token_id)
+            # synced_gpus off: the model's weights are whole here (a trainer gathers ZeRO-3 or FSDP2
+            # shards first), and a rank with fewer prompts must not wait on the others' decoding
+            kwargs = dict(max_new_tokens=params.max_new_tokens, pad_token_id=tok.pad_token_id, synced_gpus=False)
             if params.temperature > 0:
                 kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
             else:

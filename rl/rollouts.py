@@ -115,8 +115,11 @@ class RolloutSampler:
         """`generate` arguments of rollouts (and of Monte Carlo continuations): sampling at the
         rollout temperature and top-p, no top-k."""
         args, tok = self.args, self.tokenizer
+        # synced_gpus off: transformers turns it on under ZeRO-3 and FSDP, where every rank then steps
+        # until all ranks finish, which hangs a rank that has fewer generate calls to make (a rank
+        # with no continuations to sample). Every call here decodes whole weights (gathered first).
         return dict(do_sample=True, temperature=args.temperature, top_p=args.top_p, top_k=0,
-                    pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, use_cache=True)
+                    pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, use_cache=True, synced_gpus=False)
 
     def generate_vllm(self, prompts: list[str]) -> list[list[int]]:
         """Rollouts from a vLLM engine colocated in this process, with the policy's current weights.

@@ -304,6 +304,28 @@ def test_lora_with_a_critic_and_the_answer_check_in_bf16_under_each_shipped_conf
     assert len(head) == 1 and head[0].shape == (1, 32)  # the value head, whole
 
 
+CONTINUATIONS = {"zero3": ("--reward", "gold+progress", "--progress_rollouts", "2"),  # PAV's progress, --prover policy
+                 "fsdp2": ("--reward", "gold", "--advantage_estimator", "mc_values", "--mc_rollouts", "2")}  # VinePPO
+
+
+@needs_deepspeed
+@pytest.mark.parametrize("launcher", list(CONTINUATIONS))
+def test_continuations_sample_on_each_rank_however_unequal_the_ranks_work(models, tmp_path, launcher):
+    """Progress rewards and Monte Carlo values sample continuations with `generate` from each rank's
+    own responses' step boundaries, so the ranks make different numbers of calls, a rank with no
+    boundaries none. Under ZeRO-3 and FSDP transformers syncs every `generate` across ranks by
+    default (synced_gpus), and a rank with fewer calls hung the others: the second update of both
+    runs here, before the trainer turned the sync off for its whole (gathered) weights. The greedy
+    evaluation of one problem leaves one rank nothing to decode."""
+    out = tmp_path / launcher
+    launch(float32(launcher), LAUNCHERS[launcher][1],
+           ppo_args(models, out, *CONTINUATIONS[launcher], "--n_eval", "1"), timeout=240)
+    requests = [row["continuations/requests"] for row in metrics(out)[1:]]  # the mean over the 2 ranks
+    assert len(requests) == 2 and any(r != int(r) for r in requests), requests  # the ranks' work differed
+    result = json.loads((out / "eval.json").read_text())
+    assert result["processes"] == 2 and result["updates"] == 2 and result["n"] == 1
+
+
 @needs_deepspeed
 def test_the_two_machine_zero3_recipe_runs_as_two_local_processes(models, tmp_path):
     out = tmp_path / "multinode"
