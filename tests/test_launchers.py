@@ -1,7 +1,8 @@
 """The scale path on this CPU: every launch config in configs/accelerate/ runs the PPO trainer end to
 end with 2 processes (DDP on gloo, DeepSpeed ZeRO-2 and ZeRO-3 on gloo, the two-machine ZeRO-3
 recipe as 2 local processes), full fine-tuning and LoRA, with a critic and without, a model
-verifier's step reward and the answer check; the launchers agree on the policy after the same
+verifier's step reward and the answer check, progress rewards and Monte Carlo values with ranks
+doing unequal work; the launchers agree on the policy after the same
 updates; what each saves loads with `from_pretrained` and decodes as the trainer did; a rank killed
 mid-run stops the other within seconds and the run resumes to the uninterrupted policy; bf16 is
 mixed precision that trains.
