@@ -313,10 +313,11 @@ class StepPPOTrainer:
         stats["policy/approx_kl"].append(float(pg_stats["approx_kl"]))
 
     @torch.no_grad()
-    def _policy_fingerprints(self) -> dict[str, str]:
-        """A fingerprint of each rank's policy weights (whole weights, gathered under ZeRO-3), to
-        check the replicas stayed identical."""
-        total = torch.tensor(D.fingerprint(self._unwrapped_policy(), self.accelerator), dtype=torch.float64,
+    def _policy_fingerprints(self, module=None) -> dict[str, str]:
+        """A fingerprint of each rank's policy weights (whole weights, gathered under ZeRO-3), or of
+        `module`'s (an online PRM's, whole on every rank), to check the replicas stayed identical."""
+        module = self._unwrapped_policy() if module is None else module
+        total = torch.tensor(D.fingerprint(module, self.accelerator), dtype=torch.float64,
                              device=self.accelerator.device)
         gathered = self.accelerator.gather(total[None]).tolist()
         return {str(rank): f"{a:.17g}/{b:.17g}" for rank, (a, b) in enumerate(gathered)}
@@ -508,6 +509,7 @@ class StepPPOTrainer:
         ZeRO-3), greedy accuracy after against before, eval.json; the result on the main process."""
         args = self.args
         hashes = self._policy_fingerprints()
+        prm_hashes = [self._policy_fingerprints(prm.model) for prm in self.online_prms]
         policy_weights = self._gathered_policy_weights()
         critic = self.accelerator.unwrap_model(self.model).critic
         critic_weights = None if critic is None else D.gathered_state_dict(
@@ -521,7 +523,8 @@ class StepPPOTrainer:
                 critic.save_pretrained(str(self.run.critic), state_dict=critic_weights)
             for k, prm in enumerate(self.online_prms):  # loadable as implicit:OUTPUT_DIR/implicit_prm
                 prm.save_pretrained(str(self.run.implicit_prm if k == 0 else self.out / f"{RunDir.implicit_prm}_{k}"),
-                                    extra={"online_updates": self.update, "trained_from": prm.path})
+                                    extra={"online_updates": self.update, "trained_from": prm.path,
+                                           "rank_fingerprints": prm_hashes[k]})
             if args.push_to_hub:
                 push_folder(args, self.run.policy, None, f"step PPO policy after {self.update} updates")
             result = self._result(before, after)

@@ -267,15 +267,20 @@ def test_a_saved_policy_reloads_and_decodes_as_the_trainer_did(float32_runs):
         trained = [json.loads(line) for line in (out / "eval_after_rows.jsonl").read_text().splitlines()]
         assert [r["id"] for r in rows] == [r["id"] for r in trained], name
         assert [r["completion"] for r in rows] == [r["completion"] for r in trained], name
-        total = torch.zeros(2, dtype=torch.float64)
-        for k, p in enumerate(policy.parameters()):
-            flat = p.detach().double().flatten()
-            total[0] += flat.sum()
-            total[1] += (flat * torch.arange(1, flat.numel() + 1, dtype=torch.float64)).sum() / (k + 1)
         hashes = json.loads((out / "policy_hashes.json").read_text())
         assert len(hashes) == 2 and len(set(hashes.values())) == 1, (name, hashes)
-        a, b = (float(x) for x in hashes["0"].split("/"))
-        assert a == pytest.approx(total[0].item(), rel=1e-9) and b == pytest.approx(total[1].item(), rel=1e-9), name
+        assert_fingerprint(hashes["0"], policy, name)
+
+
+def assert_fingerprint(recorded: str, model, name: str) -> None:
+    """`recorded` (rl.distributed.fingerprint's 'sum/position-weighted sum') is `model`'s weights'."""
+    total = torch.zeros(2, dtype=torch.float64)
+    for k, p in enumerate(model.parameters()):
+        flat = p.detach().double().flatten()
+        total[0] += flat.sum()
+        total[1] += (flat * torch.arange(1, flat.numel() + 1, dtype=torch.float64)).sum() / (k + 1)
+    a, b = (float(x) for x in recorded.split("/"))
+    assert a == pytest.approx(total[0].item(), rel=1e-9) and b == pytest.approx(total[1].item(), rel=1e-9), name
 
 
 @needs_deepspeed
@@ -325,6 +330,31 @@ def test_continuations_sample_on_each_rank_however_unequal_the_ranks_work(models
     assert len(requests) == 2 and any(r != int(r) for r in requests), requests  # the ranks' work differed
     result = json.loads((out / "eval.json").read_text())
     assert result["processes"] == 2 and result["updates"] == 2 and result["n"] == 1
+
+
+def test_an_online_prm_stays_one_model_on_every_rank(models, tmp_path):
+    """PRIME's online implicit PRM (--verifier_online_update): each rank holds a whole copy and
+    updates it on its own rollouts, the gradients averaged over ranks, so the copies stay equal:
+    after 2 updates both ranks' fingerprints of it, saved with it, are the same, and are those of
+    the saved weights, which moved from the start."""
+    from transformers import AutoModelForCausalLM
+
+    from reward_models.implicit_prm import load_for_training
+
+    load_for_training(str(models / "policy"), beta=0.1).save_pretrained(str(tmp_path / "prm"))
+    out = tmp_path / "prime"
+    launch(float32("ddp"), LAUNCHERS["ddp"][1],
+           ppo_args(models, out, "--reward", "outcome", "--verifier", f"implicit:{tmp_path / 'prm'}",
+                    "--verifier_online_update", "true", "--verifier_online_learning_rate", "1e-2",
+                    "--max_completion_length", "40"))
+    assert all(row["verifier/online_paths"] > 0 for row in metrics(out)[1:])  # both updates trained it
+    saved = json.loads((out / "implicit_prm" / "implicit_prm.json").read_text())
+    hashes = saved["rank_fingerprints"]
+    assert saved["online_updates"] == 2 and len(hashes) == 2 and len(set(hashes.values())) == 1, hashes
+    prm = AutoModelForCausalLM.from_pretrained(str(out / "implicit_prm"))
+    assert_fingerprint(hashes["0"], prm, "prime")
+    start = AutoModelForCausalLM.from_pretrained(str(tmp_path / "prm"))
+    assert max((a - b).abs().max().item() for a, b in zip(prm.parameters(), start.parameters())) > 1e-4
 
 
 @needs_deepspeed
