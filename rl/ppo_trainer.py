@@ -313,7 +313,7 @@ class StepPPOTrainer:
         stats["policy/approx_kl"].append(float(pg_stats["approx_kl"]))
 
     @torch.no_grad()
-    def _policy_fingerprints(self, module=None) -> dict[str, str]:
+    def _rank_fingerprints(self, module=None) -> dict[str, str]:
         """A fingerprint of each rank's policy weights (whole weights, gathered under ZeRO-3), or of
         `module`'s (an online PRM's, whole on every rank), to check the replicas stayed identical."""
         module = self._unwrapped_policy() if module is None else module
@@ -508,8 +508,8 @@ class StepPPOTrainer:
         """The trained policy, critic and online PRMs saved (weights gathered: collective under
         ZeRO-3), greedy accuracy after against before, eval.json; the result on the main process."""
         args = self.args
-        hashes = self._policy_fingerprints()
-        prm_hashes = [self._policy_fingerprints(prm.model) for prm in self.online_prms]
+        hashes = self._rank_fingerprints()
+        prm_hashes = [self._rank_fingerprints(prm.model) for prm in self.online_prms]
         policy_weights = self._gathered_policy_weights()
         critic = self.accelerator.unwrap_model(self.model).critic
         critic_weights = None if critic is None else D.gathered_state_dict(
