@@ -14,6 +14,8 @@ a token budget (`max_completion_length` in RL) cuts.
   a cut sample is wrong (it never states its answer): the share cut, the share of right samples cut,
   and accuracy, pass@k and the flat and all-wrong group shares that remain; `greedy_within`: greedy
   accuracy under the budget.
+- `all_wrong_in_smaller_groups`: the all-wrong share groups of fewer samples would have, from the
+  same samples.
 
 `experiments/world_headroom.py` reports them (its `own_errors`, `own_errors_follow_carried`, `lengths`,
 `gold_tokens` and `budgets` keys).
@@ -135,6 +137,16 @@ def budget_profile(groups: Sequence[Sequence[Sample]], budget: int) -> dict[str,
         "flat_groups": sum(len(set(r)) == 1 for r in right) / len(groups),
         "flat_all_wrong": sum(not any(r) for r in right) / len(groups),
     }
+
+
+def all_wrong_in_smaller_groups(right: Sequence[Sequence[bool]], size: int) -> float:
+    """The share of groups of `size` samples that would be all wrong, estimated without bias from
+    larger groups of one problem's samples (`right[i]`: whether each sample of problem i is right):
+    the mean over problems of C(wrong_i, size) / C(k_i, size), the chance that `size` samples drawn
+    without replacement from problem i's k_i are all wrong."""
+    if not right or any(len(r) < size for r in right) or size < 1:
+        raise ValueError(f"all_wrong_in_smaller_groups needs groups of at least {max(size, 1)} samples")
+    return sum(math.comb(len(r) - sum(r), size) / math.comb(len(r), size) for r in right) / len(right)
 
 
 def greedy_within(rows: Sequence[dict[str, Any]], budget: int) -> float:

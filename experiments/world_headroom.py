@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from backends.base import SamplingParams
     from backends.hf import HFGenerator
-    from experiments.sample_profile import greedy_within
+    from experiments.sample_profile import all_wrong_in_smaller_groups, greedy_within
     from reasoning.grading import grade
     from reasoning.prompts import solve_prompt
     from reasoning.steps import split_steps
@@ -83,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"pass@{args.k}_on_greedy_wrong": sum(any(right[i]) for i in wrong) / max(len(wrong), 1),
                 "flat_groups": sum(len(set(right[i])) == 1 for i in idx) / len(idx),
                 "flat_all_wrong": sum(not any(right[i]) for i in idx) / len(idx),
+                "all_wrong_in_groups_of": {str(g): all_wrong_in_smaller_groups([right[i] for i in idx], g)
+                                           for g in (2, 4) if g < args.k},
                 "flat_ranked_by_steps": (sum(len(set(first_wrong[i])) > 1 for i in idx if len(set(right[i])) == 1)
                                          / max(sum(len(set(right[i])) == 1 for i in idx), 1)),
                 "error_mix": dict(Counter(greedy["rows"][i]["error_kind"] or "unknown" for i in wrong).most_common())}

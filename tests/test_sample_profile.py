@@ -1,6 +1,7 @@
 """experiments.sample_profile: own errors of wrong samples, token lengths and budget cuts, on hand-made samples."""
 
 import argparse
+import math
 import random
 import re
 
@@ -84,6 +85,20 @@ def test_budget_cuts_count_as_wrong():
         sp.budget_profile(_groups(), 0)
     with pytest.raises(ValueError):
         sp.budget_profile([[]], 10)
+
+
+def test_the_all_wrong_share_of_smaller_groups_is_the_chance_a_draw_of_them_is_all_wrong():
+    import itertools
+
+    right = [[True, False, False, False], [False] * 4, [True] * 4, [True, True, False, False]]
+    for size in (1, 2, 3, 4):
+        drawn = [sum(not any(c) for c in itertools.combinations(r, size)) / math.comb(4, size) for r in right]
+        assert sp.all_wrong_in_smaller_groups(right, size) == pytest.approx(sum(drawn) / len(right))
+    assert sp.all_wrong_in_smaller_groups(right, 4) == 0.25  # the groups as they are: one of four all wrong
+    assert sp.all_wrong_in_smaller_groups(right, 2) == pytest.approx((0.5 + 1 + 0 + 1 / 6) / 4)
+    for size in (0, 5):
+        with pytest.raises(ValueError):
+            sp.all_wrong_in_smaller_groups(right, size)
 
 
 def test_world_headroom_budget_stats():
